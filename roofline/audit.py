@@ -1,0 +1,184 @@
+"""The audit: source -> inventory -> traffic -> ceiling, as one result with a JSON form.
+
+JSON schema (stable keys; version in "schema"): see README.md, "audit --json".
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+from . import __version__
+from .ceiling import Ceiling, compute_ceiling
+from .errors import RooflineError
+from .formats import PLAIN_FORMATS, format_label
+from .grouping import short_label
+from .hardware import Hardware
+from .inventory import Inventory
+from .quant_config import LINEAR_ROLES
+from .traffic import Scenario, Traffic, compute_traffic
+
+SCHEMA = "roofline.audit/1"
+# roles whose staying unquantized in a quantized model is a residual worth naming
+RESIDUAL_ROLES = (LINEAR_ROLES | {"conv1d"}) - {"vision", "audio", "other", "mtp"}
+
+
+def load_inventory(model: str, *, revision: str | None = None, config_only: bool = False,
+                   from_vllm: str | None = None, trust_remote_code: bool = False) -> Inventory:
+    """Pick the source for MODEL: a vLLM capture, a local folder, or a hub id."""
+    if from_vllm:
+        from .source_vllm import inventory_from_capture
+        return inventory_from_capture(from_vllm)
+    if not model:
+        raise RooflineError("no MODEL given")
+    local = os.path.isdir(model)
+    if local:
+        has_weights = any(f.endswith(".safetensors") for f in os.listdir(model))
+        if config_only or not has_weights:
+            if not os.path.isfile(os.path.join(model, "config.json")):
+                raise RooflineError(f"{model}: no config.json")
+            from .source_config import load_config_only
+            return load_config_only(model, trust_remote_code=trust_remote_code)
+        from .source_local import load_local
+        return load_local(model)
+    from .source_hub import load_hub, looks_like_repo_id
+    if looks_like_repo_id(model):
+        if config_only:
+            from .source_config import load_config_only_hub
+            return load_config_only_hub(model, revision=revision, trust_remote_code=trust_remote_code)
+        return load_hub(model, revision=revision)
+    if os.path.exists(model):
+        raise RooflineError(f"{model}: not a directory (give the checkpoint folder)")
+    raise RooflineError(f"{model}: no such directory, and not a hub id of the form org/name")
+
+
+@dataclass
+class Group:
+    label: str
+    role: str
+    format: str
+    quant_method: str
+    count: int
+    params: int
+    bytes: int
+    bytes_per_token: float
+    share: float  # of bytes per token
+    residual: bool
+
+
+@dataclass
+class AuditResult:
+    inventory: Inventory
+    scenario: Scenario
+    hardware: Hardware
+    traffic: Traffic
+    ceiling: Ceiling
+    groups: list[Group]
+    notes: list[str] = field(default_factory=list)
+    cuda_graph: object | None = None  # roofline.cuda_graph estimate, when computed
+
+    @property
+    def quantized(self) -> bool:
+        return any(m.format not in PLAIN_FORMATS.values() and m.params for m in self.inventory.modules)
+
+    @property
+    def residuals(self) -> list[Group]:
+        return [g for g in self.groups if g.residual]
+
+    @property
+    def expected_tok_s(self) -> float:
+        if self.cuda_graph is not None:
+            return self.cuda_graph.graph_tok_s
+        return self.ceiling.expected_tok_s
+
+    def to_json(self) -> dict:
+        inv, shape, hw, t, c = self.inventory, self.inventory.shape, self.hardware, self.traffic, self.ceiling
+        weights_gb = inv.weight_bytes / 1e9
+        out = {
+            "schema": SCHEMA,
+            "roofline_version": __version__,
+            "model": inv.model_id,
+            "source": inv.source,
+            "architecture": {
+                "architecture": shape.architecture, "model_type": shape.model_type,
+                "num_layers": shape.num_layers, "hidden_size": shape.hidden_size, "vocab_size": shape.vocab_size,
+                "dtype": shape.dtype, "num_experts": shape.num_experts,
+                "experts_per_token": shape.experts_per_token, "attention_layers": len(shape.attention),
+                "recurrent_layers": len(shape.recurrent), "mtp_layers": shape.mtp_layers,
+                "tie_word_embeddings": shape.tie_word_embeddings,
+            },
+            "quantization": asdict(inv.quant),
+            "hardware": {
+                "key": hw.key, "name": hw.name, "bandwidth_gbps": hw.bandwidth_gbps,
+                "bandwidth_source": hw.bandwidth_source, "memory_gb": hw.memory_gb,
+                "usable_memory_gb": hw.usable_memory_gb, "compute_capability": hw.compute_capability,
+                "host": hw.host,
+            },
+            "scenario": asdict(self.scenario) | {"kv_cache_dtype_resolved": t.kv_dtype},
+            "weight_bytes": inv.weight_bytes,
+            "bytes_per_token": t.bytes_per_token,
+            "weight_bytes_per_token": t.weight_bytes_per_token,
+            "kv_bytes_per_token": t.kv_bytes_per_token,
+            "state_bytes_per_token": t.state_bytes_per_token,
+            "ceiling_tok_s": c.ceiling_tok_s,
+            "ceiling_tok_s_per_stream": c.ceiling_tok_s_per_stream,
+            "expected_tok_s": self.expected_tok_s,
+            "efficiency": {"value": c.efficiency, "kind": c.efficiency_kind, "source": c.efficiency_source},
+            "memory": {"weights_gb": weights_gb, "usable_gb": hw.usable_memory_gb,
+                       "fits": weights_gb <= hw.usable_memory_gb},
+            "modules": [
+                {"name": m.name, "layer": m.layer, "role": m.role, "format": m.format,
+                 "quant_method": m.quant_method, "params": m.params, "bytes": m.bytes,
+                 "bytes_per_token": m.bytes_per_token, "read_fraction": m.read_fraction,
+                 "experts": mod.experts, "tied_to": mod.tied_to, "kernel": mod.kernel}
+                for m, mod in zip(t.modules, inv.modules)
+            ],
+            "groups": [asdict(g) | {"format_label": format_label(g.format)} for g in self.groups],
+            "residuals": [asdict(g) | {"format_label": format_label(g.format)} for g in self.residuals],
+            "disagreements": list(inv.disagreements),
+            "notes": list(self.notes) + list(t.notes),
+            "bytes_read": inv.bytes_read,
+            "checkpoint_bytes": inv.checkpoint_bytes,
+        }
+        if self.cuda_graph is not None:
+            out["cuda_graph"] = self.cuda_graph.to_json()
+        return out
+
+
+def group_modules(traffic: Traffic, quantized: bool) -> list[Group]:
+    """role x format x quant method, per kind of module ("linear_attn.in_proj_qkvz")."""
+    total = traffic.bytes_per_token or 1.0
+    groups: dict[tuple, Group] = {}
+    for m in traffic.modules:
+        key = (short_label(m.name), m.role, m.format, m.quant_method)
+        group = groups.get(key)
+        if group is None:
+            residual = quantized and m.format in PLAIN_FORMATS.values() and m.role in RESIDUAL_ROLES
+            group = groups[key] = Group(key[0], m.role, m.format, m.quant_method, 0, 0, 0, 0.0, 0.0, residual)
+        group.count += 1
+        group.params += m.params
+        group.bytes += m.bytes
+        group.bytes_per_token += m.bytes_per_token
+    for group in groups.values():
+        group.share = group.bytes_per_token / total
+    return sorted(groups.values(), key=lambda g: (-g.bytes_per_token, -g.bytes, g.label))
+
+
+def run_audit(inventory: Inventory, scenario: Scenario, hardware: Hardware, *, with_cuda_graph: bool = True) -> AuditResult:
+    traffic = compute_traffic(inventory, scenario)
+    ceiling = compute_ceiling(traffic, hardware)
+    quantized = any(m.format not in PLAIN_FORMATS.values() and m.params for m in inventory.modules)
+    result = AuditResult(inventory, scenario, hardware, traffic, ceiling, group_modules(traffic, quantized))
+    if with_cuda_graph:
+        result.cuda_graph = _cuda_graph(result)
+    return result
+
+
+def _cuda_graph(result: AuditResult):
+    """The kernels / CUDA-graph time model refines expected tok/s when it is available."""
+    import importlib.util
+
+    if importlib.util.find_spec("roofline.cuda_graph") is None:
+        return None
+    from .cuda_graph import estimate
+
+    return estimate(result.inventory, result.traffic, result.hardware)

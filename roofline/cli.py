@@ -1,0 +1,85 @@
+"""The `roofline` command. Parses, calls, prints. Each subcommand lives in
+roofline/commands/<name>.py and is imported only when it runs, so `roofline --help` and a
+header audit never import torch, transformers, vllm or plotly."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from .errors import RooflineError
+
+# name -> (module, short help). Help text is here so --help needs no import.
+COMMANDS = {
+    "audit": ("roofline.commands.audit", "Bytes per decoded token, BF16 residuals and the decode ceiling of a model."),
+    "plan": ("roofline.commands.plan", "Simulate quantization formats and recommend format, backend and vLLM flags."),
+    "capture": ("roofline.commands.capture", "Load a model in vLLM with the roofline hook and write the live inventory."),
+    "kernels": ("roofline.commands.kernels", "Kernels per decode step per layer, and the CUDA-graph benefit."),
+    "bench": ("roofline.commands.bench", "Measure single-stream decode tok/s of an OpenAI-compatible server."),
+    "validate": ("roofline.commands.validate", "Set a measured decode tok/s beside the prediction."),
+    "calibrate": ("roofline.commands.calibrate", "Measure this host's achievable memory bandwidth."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        module_name, short_help = COMMANDS[name]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("roofline.commands"):
+                return _unavailable(name, short_help)
+            raise
+        command = module.command
+        command.short_help = short_help
+        return command
+
+    def format_commands(self, ctx, formatter):
+        # list without importing every command module
+        rows = [(name, help_text) for name, (_, help_text) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _unavailable(name: str, short_help: str) -> click.Command:
+    @click.command(name=name, help=short_help, context_settings={"ignore_unknown_options": True})
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def not_built(args):
+        raise RooflineError(f"'roofline {name}' is not part of this build")
+    return not_built
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="roofline")
+def cli():
+    """roofline: how many bytes each decoded token reads, the tok/s ceiling that sets on your
+    hardware, and which format, backend and vLLM flags to run."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="roofline", standalone_mode=False)
+    except RooflineError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 1
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""roofline audit MODEL"""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..errors import RooflineError
+from .options import scenario_from, scenario_options
+
+
+@click.command(name="audit")
+@click.argument("model", required=False)
+@click.option("--revision", default=None, help="Hub revision (branch, tag or commit).")
+@click.option("--config-only", is_flag=True, help="Build the inventory from config.json alone (no safetensors).")
+@click.option("--from-vllm", "from_vllm", type=click.Path(dir_okay=False), default=None,
+              help="Audit a live inventory written by `roofline capture`.")
+@click.option("--trust-remote-code", is_flag=True, help="Allow the config's own code (config-only path). Off by default.")
+@scenario_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (schema: README).")
+@click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON to a file.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write the HTML report.")
+@click.option("--cdn", is_flag=True, help="HTML: load plotly.js from its CDN instead of inlining it.")
+@click.option("--rows", default=25, show_default=True, help="Rows of the terminal table.")
+def command(model, revision, config_only, from_vllm, trust_remote_code, as_json, json_out, html_path, cdn, rows,
+            **kwargs):
+    """Bytes per decoded token, BF16 residuals and the decode ceiling of MODEL: a local
+    checkpoint folder, a Hugging Face id (org/name; headers only, no weights), or a folder with
+    just config.json."""
+    from ..audit import load_inventory, run_audit
+
+    if not model and not from_vllm:
+        raise RooflineError("give MODEL (a folder or org/name) or --from-vllm CAPTURE.json")
+    scenario, hardware = scenario_from(kwargs)
+    inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm,
+                               trust_remote_code=trust_remote_code)
+    result = run_audit(inventory, scenario, hardware)
+    payload = None
+    if as_json or json_out:
+        payload = result.to_json()
+    if json_out:
+        with open(json_out, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=1)
+    if html_path:
+        from ..reports import write_audit_report
+        write_audit_report(result, html_path, cdn=cdn)
+    if as_json:
+        json.dump(payload, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        from ..render import render_audit
+        click.echo(render_audit(result, max_rows=rows))
+        if html_path:
+            click.echo(f"report: {html_path}")

@@ -1,0 +1,34 @@
+"""Options shared by audit, plan and validate: the scenario and the hardware."""
+from __future__ import annotations
+
+import click
+
+from ..hardware import get_hardware
+from ..traffic import Scenario
+
+
+def scenario_options(func):
+    for option in reversed([
+        click.option("--hardware", "hardware_name", default="gb10", show_default=True,
+                     help="Target from the hardware catalogue (gb10, h100-sxm, h200, b200, rtx-pro-6000, ...)."),
+        click.option("--bandwidth", type=float, default=None, help="Override the memory bandwidth, GB/s."),
+        click.option("--batch", type=int, default=1, show_default=True, help="Sequences decoded together."),
+        click.option("--context", type=int, default=1024, show_default=True, help="Tokens in each sequence's KV cache."),
+        click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto",
+                     show_default=True, help="KV cache dtype (auto: the model dtype, as vLLM)."),
+        click.option("--speculative", "speculative_tokens", type=int, default=0, show_default=True,
+                     help="MTP draft tokens per step (0: off)."),
+        click.option("--acceptance-rate", type=float, default=0.7, show_default=True,
+                     help="Draft-token acceptance rate when --speculative is on."),
+    ]):
+        func = option(func)
+    return func
+
+
+def scenario_from(kwargs: dict) -> tuple[Scenario, object]:
+    scenario = Scenario(batch=kwargs.pop("batch"), context=kwargs.pop("context"),
+                        kv_cache_dtype=kwargs.pop("kv_cache_dtype"),
+                        speculative_tokens=kwargs.pop("speculative_tokens"),
+                        acceptance_rate=kwargs.pop("acceptance_rate")).validate()
+    hardware = get_hardware(kwargs.pop("hardware_name"), kwargs.pop("bandwidth"))
+    return scenario, hardware

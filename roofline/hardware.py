@@ -1,0 +1,55 @@
+"""The hardware catalogue (roofline/data/hardware.toml) as dataclasses."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import RooflineError
+from .tables import load_table
+
+DEFAULT_HARDWARE = "gb10"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    key: str
+    name: str
+    bandwidth_gbps: float
+    bandwidth_source: str
+    memory_gb: float
+    usable_memory_gb: float
+    compute_capability: str
+    tensor_tflops: dict[str, float]
+    host: str
+    efficiency: float
+    efficiency_kind: str  # "calibrated" | "prior" | "user"
+    efficiency_source: str
+    aliases: tuple[str, ...] = field(default=())
+
+    def supports(self, compute: str) -> bool:
+        return compute in self.tensor_tflops
+
+
+def catalogue() -> dict[str, Hardware]:
+    out = {}
+    for key, entry in load_table("hardware").items():
+        entry = dict(entry)
+        entry.pop("memory_source", None)
+        entry.pop("tensor_source", None)
+        entry["aliases"] = tuple(entry.get("aliases", ()))
+        out[key] = Hardware(key=key, **entry)
+    return out
+
+
+def get_hardware(name: str | None = None, bandwidth_gbps: float | None = None) -> Hardware:
+    """A catalogue entry by key or alias; --bandwidth overrides its bandwidth."""
+    table = catalogue()
+    wanted = (name or DEFAULT_HARDWARE).lower()
+    found = table.get(wanted) or next((hw for hw in table.values() if wanted in hw.aliases), None)
+    if found is None:
+        raise RooflineError(f"unknown hardware {name!r}; known: {', '.join(sorted(table))}")
+    if bandwidth_gbps is not None:
+        if bandwidth_gbps <= 0:
+            raise RooflineError("--bandwidth must be positive")
+        found = Hardware(**{**found.__dict__, "bandwidth_gbps": float(bandwidth_gbps),
+                            "bandwidth_source": "user (--bandwidth)"})
+    return found

