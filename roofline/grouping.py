@@ -7,15 +7,14 @@ import re
 
 from .inventory import Tensor
 
-_EXPERT = re.compile(r"^(.*?\.experts)\.(\d+)\.")
-
 
 def module_and_expert(tensor_name: str) -> tuple[str, int | None]:
     """(owning module name, routed-expert index or None)."""
-    if ".experts." in tensor_name:
-        match = _EXPERT.match(tensor_name)
-        if match and ".shared_expert" not in match.group(1):
-            return match.group(1), int(match.group(2))
+    at = tensor_name.find(".experts.")
+    if at >= 0:
+        index, dot, _ = tensor_name[at + 9:].partition(".")
+        if dot and index.isdigit() and ".shared_expert" not in tensor_name[:at]:
+            return tensor_name[:at + 8], int(index)
     module, _, _ = tensor_name.rpartition(".")
     return module or tensor_name, None
 
@@ -25,10 +24,18 @@ def group_tensors(tensors: list[Tensor]) -> dict[str, tuple[list[Tensor], int]]:
     modules: dict[str, list[Tensor]] = {}
     experts: dict[str, set[int]] = {}
     for tensor in tensors:
-        module, expert = module_and_expert(tensor.name)
-        modules.setdefault(module, []).append(tensor)
-        if expert is not None:
-            experts.setdefault(module, set()).add(expert)
+        name = tensor.name
+        if ".experts." in name:  # the rare path: one regex per expert tensor
+            module, expert = module_and_expert(name)
+            if expert is not None:
+                experts.setdefault(module, set()).add(expert)
+        else:
+            module = name.rpartition(".")[0] or name
+        members = modules.get(module)
+        if members is None:
+            modules[module] = [tensor]
+        else:
+            members.append(tensor)
     out = {}
     for module, members in modules.items():
         count = len(experts.get(module, ()))

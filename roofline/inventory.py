@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from .architecture import ModelShape
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Tensor:
     name: str
     dtype: str  # safetensors dtype name: BF16, F8_E4M3, U8, I32, ...
