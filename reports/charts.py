@@ -1,0 +1,250 @@
+"""The report's plotly figures. Every string that came from the model (module names, model id,
+plan and validation labels) goes through `text()`: plotly renders labels as its own small HTML
+dialect, so escaping makes a name show as the characters it is, never as markup. (The figure JSON
+itself is safe inside <script>: plotly's encoder writes <, > and / as \\u escapes.)"""
+from __future__ import annotations
+
+import html
+import math
+
+from roofline.render import human_bytes
+
+from .hierarchy import treemap_nodes
+from .view import ReportData, first_number, is_plain, layer_buckets, row_label, series_key
+
+WARNING = "#d9480f"  # BF16 residuals: the bytes a quantized model still reads at 2 bytes/weight
+PLAIN = "#adb5bd"  # unquantized, and expected to be (norms, embeddings of a plain model)
+FORMAT_COLOURS = {
+    "fp8": "#1c7ed6", "fp8-block": "#4dabf7", "int8": "#5c7cfa",
+    "nvfp4-w4a4": "#2b8a3e", "nvfp4-w4a16": "#51cf66", "mxfp4": "#12b886",
+    "int4": "#7048e8", "int4-awq": "#9775fa", "int4-gptq": "#be4bdb",
+}
+EXTRA_COLOURS = ("#e64980", "#fab005", "#868e96", "#15aabf", "#82c91e")
+KV_COLOUR = "#495057"
+STATE_COLOUR = "#868e96"
+FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"
+
+
+def text(value) -> str:
+    # quotes stay as they are: with < escaped no tag can open, and plotly's label renderer
+    # decodes &lt; &gt; &amp; and numeric entities but shows &quot; literally
+    return html.escape(str(value), quote=False)
+
+
+def format_colour(fmt: str, residual: bool) -> str:
+    if residual:
+        return WARNING
+    if is_plain(fmt):
+        return PLAIN
+    if fmt in FORMAT_COLOURS:
+        return FORMAT_COLOURS[fmt]
+    return EXTRA_COLOURS[sum(map(ord, fmt)) % len(EXTRA_COLOURS)]
+
+
+def _layout(fig, title: str, height: int, **kwargs) -> None:
+    fig.update_layout(title=dict(text=title, x=0, xanchor="left", font=dict(size=15)), height=height,
+                      margin=dict(l=60, r=20, t=50, b=50), font=dict(family=FONT, size=12),
+                      plot_bgcolor="white", paper_bgcolor="white", **kwargs)
+
+
+def format_tok_s(value: float) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+# ---------------------------------------------------------------- per-layer bytes
+
+def layer_bars(data: ReportData):
+    """Bytes read per token in each decoder layer (and outside them), stacked by format, with
+    residuals in the warning colour; KV cache and recurrent state as bars of their own."""
+    import plotly.graph_objects as go
+
+    buckets = layer_buckets(data.modules)
+    series: dict[tuple[str, bool], dict[str, list]] = {}
+    for module in data.modules:
+        if module.bytes_per_token <= 0:
+            continue
+        series.setdefault(series_key(module), {}).setdefault(module.bucket, []).append(module)
+    # the heaviest series at the bottom of each stack
+    order = sorted(series, key=lambda k: -sum(m.bytes_per_token for ms in series[k].values() for m in ms))
+    fig = go.Figure()
+    for key in order:
+        fmt, residual = key
+        by_bucket = series[key]
+        example = next(iter(by_bucket.values()))[0]
+        name = f"{example.format_label} (stayed unquantized)" if residual else example.format_label
+        xs = [b for b in buckets if b in by_bucket]
+        ys = [sum(m.bytes_per_token for m in by_bucket[b]) for b in xs]
+        hover = [_bucket_hover(b, name, by_bucket[b]) for b in xs]
+        fig.add_bar(x=xs, y=ys, name=text(name), marker_color=format_colour(fmt, residual),
+                    customdata=hover, hovertemplate="%{customdata}<extra></extra>")
+    audit = data.audit
+    extra = [("KV cache", audit.get("kv_bytes_per_token"), KV_COLOUR,
+              f"KV cache ({audit.get('scenario', {}).get('kv_cache_dtype_resolved', '')}, "
+              f"context {audit.get('scenario', {}).get('context', '?')})"),
+             ("state", audit.get("state_bytes_per_token"), STATE_COLOUR, "recurrent state (read + written)")]
+    for label, value, colour, long_name in extra:
+        if value:
+            fig.add_bar(x=[label], y=[value], name=text(long_name), marker_color=colour,
+                        customdata=[f"{text(long_name)}<br>{human_bytes(value)} per token"],
+                        hovertemplate="%{customdata}<extra></extra>")
+            buckets.append(label)
+    _layout(fig, "Bytes read per token, by layer and format", 420, barmode="stack",
+            legend=dict(orientation="h", y=-0.18), hovermode="closest")
+    fig.update_xaxes(categoryorder="array", categoryarray=buckets, type="category")
+    fig.update_yaxes(title_text="bytes / token", tickformat="~s", gridcolor="#eee")
+    return fig
+
+
+def _bucket_hover(bucket: str, series_name: str, modules: list, limit: int = 8) -> str:
+    modules = sorted(modules, key=lambda m: -m.bytes_per_token)
+    total = sum(m.bytes_per_token for m in modules)
+    lines = [f"<b>{text(bucket)}</b> · {text(series_name)}: {human_bytes(total)}"]
+    lines += [f"{text(m.label)}  {human_bytes(m.bytes_per_token)}" for m in modules[:limit]]
+    if len(modules) > limit:
+        lines.append(f"… {len(modules) - limit} more")
+    return "<br>".join(lines)
+
+
+# ---------------------------------------------------------------- hierarchy
+
+def hierarchy_treemap(data: ReportData):
+    import plotly.graph_objects as go
+
+    total = float(data.audit.get("weight_bytes_per_token") or 0) or 1.0
+    nodes = treemap_nodes(data.modules, root_label=str(data.audit.get("model", "model")))
+    colours, hover = [], []
+    for node in nodes:
+        module = node.module
+        if module is None:
+            colours.append("#f1f3f5")
+            hover.append(f"<b>{text(node.id if node.parent else node.label)}</b><br>"
+                         f"{human_bytes(node.value)} per token ({100 * node.value / total:.1f}% of weights read)")
+        else:
+            colours.append(format_colour(module.format, module.residual))
+            flag = " — stayed unquantized" if module.residual else ""
+            hover.append(f"<b>{text(module.name)}</b><br>{text(module.format_label)}{flag} · {text(module.role)}"
+                         f"<br>{human_bytes(module.bytes_per_token)} per token "
+                         f"({100 * module.bytes_per_token / total:.1f}% of weights read)"
+                         f"<br>{human_bytes(module.bytes)} resident")
+    fig = go.Figure(go.Treemap(
+        ids=[text(n.id) for n in nodes], parents=[text(n.parent) for n in nodes],
+        labels=[text(n.label) for n in nodes], values=[n.own for n in nodes], branchvalues="remainder",
+        marker=dict(colors=colours, line=dict(width=1, color="white")), maxdepth=-1,
+        customdata=hover, hovertemplate="%{customdata}<extra></extra>", textinfo="label",
+        pathbar=dict(visible=True),
+    ))
+    _layout(fig, "Module hierarchy, sized by weight bytes read per token (click to zoom)", 560)
+    fig.update_layout(margin=dict(l=10, r=10, t=50, b=10))
+    return fig
+
+
+# ---------------------------------------------------------------- roofline
+
+def roofline_chart(data: ReportData, catalogue: dict | None = None):
+    """tok/s against bytes per token, log-log: each bandwidth is a straight line; the audit's
+    prediction, the plan's formats and measured runs are points."""
+    import plotly.graph_objects as go
+
+    audit = data.audit
+    hardware = audit.get("hardware") or {}
+    bandwidth = float(hardware.get("bandwidth_gbps") or 0)
+    efficiency = float((audit.get("efficiency") or {}).get("value") or 0)
+    bytes_per_token = float(audit.get("bytes_per_token") or 0)
+    points = []  # (trace name, x, y, labels, symbol, colour)
+    points.append(("this audit: ceiling", [bytes_per_token], [audit.get("ceiling_tok_s")],
+                   [str(audit.get("model", ""))], "diamond", "#212529"))
+    points.append(("this audit: expected", [bytes_per_token], [audit.get("expected_tok_s")],
+                   [str(audit.get("model", ""))], "circle", "#1c7ed6"))
+    cuda_graph = data.cuda_graph
+    if cuda_graph and first_number(cuda_graph, "eager_tok_s") is not None:
+        points.append(("this audit: eager (no CUDA graphs)", [bytes_per_token],
+                       [first_number(cuda_graph, "eager_tok_s")], ["--enforce-eager"], "circle-open", "#1c7ed6"))
+    plan_x, plan_y, plan_labels = [], [], []
+    for n, row in enumerate(data.plan_rows):
+        x = first_number(row, "bytes_per_token")
+        y = first_number(row, "expected_tok_s", "ceiling_tok_s")
+        if x and y:
+            plan_x.append(x), plan_y.append(y), plan_labels.append(row_label(row, f"plan row {n + 1}"))
+    if plan_x:
+        points.append(("plan: expected per format", plan_x, plan_y, plan_labels, "square", "#2b8a3e"))
+    measured_x, measured_y, measured_labels = [], [], []
+    for n, row in enumerate(data.validation_rows):
+        y = first_number(row, "measured_tok_s", "measured", "tok_s", "decode_tok_s")
+        x = first_number(row, "bytes_per_token") or bytes_per_token
+        if y and x:
+            measured_x.append(x), measured_y.append(y), measured_labels.append(row_label(row, f"run {n + 1}"))
+    if measured_x:
+        points.append(("measured", measured_x, measured_y, measured_labels, "star", WARNING))
+
+    xs = [x for p in points for x in p[1] if x]
+    lo, hi = min(xs) / 3, max(xs) * 3
+    fig = go.Figure()
+    line_x = [lo, hi]
+    if bandwidth:
+        fig.add_scatter(x=line_x, y=[bandwidth * 1e9 / x for x in line_x], mode="lines",
+                        name=text(f"{hardware.get('name', 'hardware')} ceiling, {bandwidth:g} GB/s"),
+                        line=dict(color="#212529", width=2.5), hoverinfo="skip")
+        if efficiency:
+            fig.add_scatter(x=line_x, y=[efficiency * bandwidth * 1e9 / x for x in line_x], mode="lines",
+                            name=text(f"expected at efficiency {efficiency:.2f}"),
+                            line=dict(color="#1c7ed6", width=1.5, dash="dash"), hoverinfo="skip")
+    for key, other in (catalogue or {}).items():
+        if key == hardware.get("key"):
+            continue
+        fig.add_scatter(x=line_x, y=[other.bandwidth_gbps * 1e9 / x for x in line_x], mode="lines",
+                        name=text(f"{other.name}, {other.bandwidth_gbps:g} GB/s"), visible="legendonly",
+                        line=dict(width=1), hoverinfo="skip")
+    for name, x, y, labels, symbol, colour in points:
+        hover = [f"<b>{text(label)}</b><br>{human_bytes(xv)} per token<br>{format_tok_s(yv)} tok/s"
+                 for label, xv, yv in zip(labels, x, y)]
+        fig.add_scatter(x=x, y=y, mode="markers", name=text(name), customdata=hover,
+                        hovertemplate="%{customdata}<extra></extra>",
+                        marker=dict(symbol=symbol, size=12, color=colour, line=dict(width=1, color="white")))
+    _layout(fig, "Roofline: decode tok/s against bytes read per token", 460, hovermode="closest",
+            legend=dict(font=dict(size=11)))
+    x_ticks = log_ticks(lo, hi)
+    fig.update_xaxes(type="log", title_text="bytes read per token", gridcolor="#eee", range=[math.log10(lo), math.log10(hi)],
+                     tickvals=x_ticks, ticktext=[human_bytes(v).replace(".00 ", " ") for v in x_ticks])
+    ys = [y for trace in fig.data if trace.visible != "legendonly" for y in trace.y if y]
+    y_lo, y_hi = min(ys), max(ys)
+    y_ticks = log_ticks(y_lo, y_hi)
+    fig.update_yaxes(type="log", title_text="tok/s (single stream)", gridcolor="#eee",
+                     range=[math.log10(y_lo), math.log10(y_hi)], tickvals=y_ticks, ticktext=[f"{v:,.0f}" if v >= 1 else f"{v:.2g}" for v in y_ticks])
+    return fig
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """1-2-5 ticks between lo and hi, so that a log axis spanning less than a decade still
+    labels its ticks with whole numbers instead of plotly's lone leading digits."""
+    ticks = []
+    for exponent in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10.0 ** exponent
+            if lo <= value <= hi:
+                ticks.append(value)
+    return ticks
+
+
+# ---------------------------------------------------------------- plan
+
+def plan_chart(data: ReportData):
+    """Ceiling and expected tok/s of each simulated format, best first."""
+    import plotly.graph_objects as go
+
+    labels, ceilings, expected = [], [], []
+    for n, row in enumerate(data.plan_rows):
+        labels.append(text(row_label(row, f"row {n + 1}")))
+        ceilings.append(first_number(row, "ceiling_tok_s"))
+        expected.append(first_number(row, "expected_tok_s"))
+    fig = go.Figure()
+    fig.add_bar(y=labels, x=ceilings, orientation="h", name="ceiling", marker_color="#ced4da",
+                hovertemplate="%{y}: ceiling %{x:,.1f} tok/s<extra></extra>")
+    fig.add_bar(y=labels, x=expected, orientation="h", name="expected", marker_color="#2b8a3e",
+                hovertemplate="%{y}: expected %{x:,.1f} tok/s<extra></extra>")
+    _layout(fig, "Formats compared (plan)", max(260, 60 + 42 * len(labels)), barmode="group",
+            legend=dict(orientation="h", y=-0.15))
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(title_text="tok/s", gridcolor="#eee")
+    return fig

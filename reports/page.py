@@ -1,0 +1,443 @@
+"""The HTML page: headline cards, charts, sortable tables, one self-contained file.
+
+Escaping: every model-derived string reaches the page through `esc()` (HTML text and attribute
+values) or through JSON written by `script_json()` / plotly, in which <, > and & cannot close a
+<script> element. Nothing from the model is ever placed in a script as code."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import math
+
+from roofline import __version__
+from roofline.formats import format_label
+from roofline.render import human_bytes
+
+from . import charts
+from .view import PREDICTED_KEYS, MEASURED_KEYS, ReportData, first_number, row_label
+
+DATA_ELEMENT_ID = "roofline-data"
+
+
+def esc(value) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def script_json(value) -> str:
+    """JSON that is safe as the text of a <script> element."""
+    out = json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
+    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        out = out.replace(raw, escaped)
+    return out
+
+
+def _finite(value):
+    """Infinite and NaN floats (a model with no bytes per token) as null in the embedded JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------- plotly.js
+
+def plotly_loader(cdn: bool) -> str:
+    from plotly.io._utils import plotly_cdn_url
+    from plotly.offline import get_plotlyjs
+
+    source = get_plotlyjs()
+    config = "<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>"
+    if cdn:
+        # the same bundle the inline mode would embed, so its hash pins the CDN file
+        digest = base64.b64encode(hashlib.sha256(source.encode("utf-8")).digest()).decode("ascii")
+        return (f'{config}<script charset="utf-8" src="{esc(plotly_cdn_url())}" '
+                f'integrity="sha256-{digest}" crossorigin="anonymous"></script>')
+    return f'{config}<script charset="utf-8">{source}</script>'
+
+
+def figure_div(fig, div_id: str) -> str:
+    import plotly.io as pio
+
+    return pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=div_id,
+                       config={"displaylogo": False, "responsive": True})
+
+
+# ---------------------------------------------------------------- pieces
+
+def card(title: str, value: str, detail: str = "", kind: str = "") -> str:
+    return (f'<div class="card {esc(kind)}"><div class="card-title">{esc(title)}</div>'
+            f'<div class="card-value">{esc(value)}</div><div class="card-detail">{esc(detail)}</div></div>')
+
+
+def sortable_table(table_id: str, columns: list[tuple[str, str]], rows: list[list[tuple[str, object]]],
+                   row_classes: list[str] | None = None) -> str:
+    """columns: (header, "num" | "text"); rows: cells of (shown text, sort value)."""
+    head = "".join(
+        f'<th class="{kind}" scope="col"><button type="button">{esc(header)}</button></th>'
+        for header, kind in columns)
+    body = []
+    for n, row in enumerate(rows):
+        klass = f' class="{esc(row_classes[n])}"' if row_classes and row_classes[n] else ""
+        cells = []
+        for (shown, sort_value), (_, kind) in zip(row, columns):
+            value = "" if sort_value is None else sort_value
+            if isinstance(value, float) and not math.isfinite(value):
+                value = ""
+            cells.append(f'<td class="{kind}" data-value="{esc(value)}">{esc(shown)}</td>')
+        body.append(f"<tr{klass}>{''.join(cells)}</tr>")
+    return (f'<table class="sortable" id="{esc(table_id)}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table>')
+
+
+def _cell(key: str, value) -> tuple[str, object]:
+    """A plan / validation value for display: bytes and tok/s made readable, the rest as is."""
+    if isinstance(value, bool) or value is None:
+        return ("" if value is None else str(value).lower(), "" if value is None else int(value))
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            return ("n/a", None)
+        if "bytes" in key:
+            return (human_bytes(value), value)
+        if "tok_s" in key:
+            return (charts.format_tok_s(value), value)
+        if key in ("share", "efficiency", "ratio") or key.endswith(("_ratio", "_share", "_fraction")):
+            return (f"{value:.3g}", value)
+        return (f"{value:,}" if isinstance(value, int) else f"{value:.4g}", value)
+    if isinstance(value, (dict, list)):
+        return (json.dumps(value, separators=(", ", ": "), default=str), None)
+    if key == "format":
+        return (format_label(str(value)), str(value))
+    return (str(value), str(value))
+
+
+def rows_table(table_id: str, rows: list[dict]) -> str:
+    """Every column any row has, in order of first appearance."""
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if k not in keys]
+    numeric = {k for k in keys if any(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)
+                                      for r in rows)}
+    columns = [(k.replace("_", " "), "num" if k in numeric else "text") for k in keys]
+    return sortable_table(table_id, columns, [[_cell(k, row.get(k)) for k in keys] for row in rows])
+
+
+def _tok_s(value) -> str:
+    return "n/a" if value is None else f"{charts.format_tok_s(float(value))} tok/s"
+
+
+# ---------------------------------------------------------------- sections
+
+def headline(data: ReportData) -> str:
+    a = data.audit
+    hardware = a.get("hardware") or {}
+    efficiency = a.get("efficiency") or {}
+    memory = a.get("memory") or {}
+    total = float(a.get("bytes_per_token") or 0)
+    cards = [
+        card("Bytes read per token", human_bytes(total),
+             f"weights {human_bytes(a.get('weight_bytes_per_token') or 0)} + KV "
+             f"{human_bytes(a.get('kv_bytes_per_token') or 0)} + state {human_bytes(a.get('state_bytes_per_token') or 0)}"),
+        card("Ceiling", _tok_s(a.get("ceiling_tok_s")),
+             f"{hardware.get('name', '?')} at {hardware.get('bandwidth_gbps', '?')} GB/s"),
+        card("Expected", _tok_s(a.get("expected_tok_s")),
+             f"{efficiency.get('kind', '')} efficiency {efficiency.get('value', '?')}", "accent"),
+    ]
+    residual = data.residual_bytes_per_token
+    if a.get("residuals"):
+        cards.append(card("Unquantized residuals", f"{100 * residual / total:.1f}%" if total else "?",
+                          f"{human_bytes(residual)} per token in {len(a['residuals'])} kinds of module",
+                          "warning"))
+    cuda_graph = data.cuda_graph
+    if cuda_graph:
+        benefit = first_number(cuda_graph, "benefit", "speedup")
+        graph, eager = first_number(cuda_graph, "graph_tok_s"), first_number(cuda_graph, "eager_tok_s")
+        cards.append(card("CUDA-graph benefit", f"×{benefit:.2f}" if benefit else "?",
+                          f"{_tok_s(graph)} with graphs, {_tok_s(eager)} eager"))
+    if data.recommendation is not None:
+        cards.append(card("Top recommendation", *_recommendation(data.recommendation), kind="good"))
+    measured = [first_number(r, *MEASURED_KEYS) for r in data.validation_rows]
+    measured = [m for m in measured if m is not None]
+    if measured:
+        cards.append(card("Measured", _tok_s(measured[-1]),
+                          f"{len(measured)} run{'s' if len(measured) > 1 else ''}; "
+                          f"{100 * measured[-1] / a['ceiling_tok_s']:.0f}% of the ceiling"
+                          if a.get("ceiling_tok_s") else f"{len(measured)} runs"))
+    fits = memory.get("fits")
+    cards.append(card("Weights resident", human_bytes(a.get("weight_bytes") or 0),
+                      "" if fits is None else ("fits in " if fits else "does NOT fit in ")
+                      + f"{memory.get('usable_gb', '?')} GB usable", "" if fits is not False else "warning"))
+    return f'<section class="cards">{"".join(cards)}</section>'
+
+
+def _recommendation(value) -> tuple[str, str]:
+    if isinstance(value, str):
+        return value, ""
+    if not isinstance(value, dict):
+        return str(value), ""
+    title = row_label(value, "recommended")
+    details = []
+    expected = first_number(value, "expected_tok_s")
+    if expected is not None:
+        details.append(f"{charts.format_tok_s(expected)} tok/s expected")
+    for key in ("backend", "kernel", "flags", "reason", "why"):
+        if value.get(key):
+            shown = value[key]
+            details.append(" ".join(map(str, shown)) if isinstance(shown, list) else str(shown))
+    return title, "; ".join(details)
+
+
+def context_line(data: ReportData) -> str:
+    a = data.audit
+    arch = a.get("architecture") or {}
+    quant = a.get("quantization") or {}
+    scenario = a.get("scenario") or {}
+    hardware = a.get("hardware") or {}
+    items = [
+        ("architecture", arch.get("architecture")),
+        ("source", a.get("source")),
+        ("layers", f"{arch.get('num_layers')} ({arch.get('attention_layers', 0)} attention, "
+                   f"{arch.get('recurrent_layers', 0)} recurrent)" if arch.get("num_layers") else None),
+        ("experts", f"{arch.get('experts_per_token')} of {arch.get('num_experts')} per token"
+         if arch.get("num_experts") else None),
+        ("quantization", " ".join(str(x) for x in (quant.get("method"), quant.get("algo")) if x)),
+        ("scenario", f"batch {scenario.get('batch', '?')}, context {scenario.get('context', '?')}, KV cache "
+                     f"{scenario.get('kv_cache_dtype_resolved') or scenario.get('kv_cache_dtype', '?')}"
+                     + (f", speculative {scenario['speculative_tokens']}" if scenario.get("speculative_tokens") else "")),
+        ("hardware", f"{hardware.get('name', '?')} ({hardware.get('bandwidth_gbps', '?')} GB/s: "
+                     f"{hardware.get('bandwidth_source', '')})"),
+    ]
+    return "<dl class=\"context\">" + "".join(
+        f"<div><dt>{esc(k)}</dt><dd>{esc(v)}</dd></div>" for k, v in items if v) + "</dl>"
+
+
+def residual_section(data: ReportData) -> str:
+    a = data.audit
+    residuals = a.get("residuals") or []
+    total = float(a.get("bytes_per_token") or 0) or 1.0
+    if not residuals:
+        kind = "none: every linear layer is quantized" if any(g.get("format") not in ("bf16", "fp16", "fp32")
+                                                             for g in a.get("groups") or []) \
+            else "the model is not quantized, so nothing is a residual"
+        return f'<p class="muted">Unquantized residuals: {esc(kind)}.</p>'
+    columns = [("module", "text"), ("role", "text"), ("n", "num"), ("format", "text"), ("quant method", "text"),
+               ("resident", "num"), ("per token", "num"), ("share of bytes/token", "num")]
+    rows = [[(g.get("label", ""), g.get("label", "")), (g.get("role", ""), g.get("role", "")),
+             (str(g.get("count", "")), g.get("count")), (g.get("format_label") or g.get("format", ""), g.get("format")),
+             (g.get("quant_method", ""), g.get("quant_method")),
+             (human_bytes(g.get("bytes") or 0), g.get("bytes")),
+             (human_bytes(g.get("bytes_per_token") or 0), g.get("bytes_per_token")),
+             (f"{100 * float(g.get('bytes_per_token') or 0) / total:.1f}%", g.get("bytes_per_token"))]
+            for g in residuals]
+    residual = data.residual_bytes_per_token
+    return (f'<p>These modules stayed unquantized in a quantized model: <strong>{esc(human_bytes(residual))}'
+            f'</strong> of every token’s <strong>{esc(human_bytes(total))}</strong> '
+            f'({100 * residual / total:.1f}%). Quantizing the weights further does not shrink them.</p>'
+            + sortable_table("residual-table", columns, rows, ["residual"] * len(rows)))
+
+
+def groups_section(data: ReportData) -> str:
+    groups = data.audit.get("groups") or []
+    total = float(data.audit.get("bytes_per_token") or 0) or 1.0
+    columns = [("module", "text"), ("role", "text"), ("n", "num"), ("format", "text"), ("quant method", "text"),
+               ("resident", "num"), ("per token", "num"), ("share", "num")]
+    rows = [[(g.get("label", ""), g.get("label", "")), (g.get("role", ""), g.get("role", "")),
+             (str(g.get("count", "")), g.get("count")), (g.get("format_label") or g.get("format", ""), g.get("format")),
+             (g.get("quant_method", ""), g.get("quant_method")),
+             (human_bytes(g.get("bytes") or 0), g.get("bytes")),
+             (human_bytes(g.get("bytes_per_token") or 0), g.get("bytes_per_token")),
+             (f"{100 * float(g.get('bytes_per_token') or 0) / total:.1f}%", g.get("bytes_per_token"))]
+            for g in groups]
+    classes = ["residual" if g.get("residual") else "" for g in groups]
+    return (f'<details><summary>All {len(groups)} kinds of module</summary>'
+            + sortable_table("group-table", columns, rows, classes) + "</details>")
+
+
+def notes_section(data: ReportData) -> str:
+    a = data.audit
+    items = [f'<li class="disagreement"><strong>tensors vs config:</strong> {esc(n)}</li>'
+             for n in a.get("disagreements") or []]
+    items += [f"<li>{esc(n)}</li>" for n in a.get("notes") or []]
+    advice = (data.cuda_graph or {}).get("advice")
+    if advice:
+        items.append(f"<li><strong>CUDA graphs:</strong> {esc(advice)}</li>")
+    if not items:
+        return ""
+    return f'<section><h2>Notes</h2><ul class="notes">{"".join(items)}</ul></section>'
+
+
+def cuda_graph_section(data: ReportData) -> str:
+    cuda_graph = data.cuda_graph
+    if not cuda_graph:
+        return ""
+    scalars = {k: v for k, v in cuda_graph.items() if isinstance(v, (int, float, str, bool)) and k != "advice"}
+    rows = "".join(f"<tr><th scope=\"row\">{esc(k.replace('_', ' '))}</th><td>{esc(_cell(k, v)[0])}</td></tr>"
+                   for k, v in scalars.items())
+    return (f'<section id="cuda-graph"><h2>CUDA graphs vs eager</h2>'
+            f'<table class="kv">{rows}</table></section>')
+
+
+def plan_section(data: ReportData, figure) -> str:
+    if not data.plan_rows:
+        return ""
+    return ('<section id="plan"><h2>Formats compared (plan)</h2>'
+            '<p class="muted">Each row re-runs the same traffic and ceiling arithmetic with the format '
+            'simulated; ranked best first.</p>'
+            f'<div class="chart">{figure}</div>{rows_table("plan-table", data.plan_rows)}</section>')
+
+
+def validation_section(data: ReportData) -> str:
+    if not data.validation_rows:
+        return ""
+    rows = data.validation_rows
+    summary = []
+    for row in rows:
+        measured, predicted = first_number(row, *MEASURED_KEYS), first_number(row, *PREDICTED_KEYS)
+        if measured and predicted:
+            summary.append(f"{row_label(row, 'run')}: measured {charts.format_tok_s(measured)} vs predicted "
+                           f"{charts.format_tok_s(predicted)} tok/s ({100 * measured / predicted:.0f}%)")
+    listing = "".join(f"<li>{esc(s)}</li>" for s in summary)
+    return ('<section id="validation"><h2>Predicted vs measured (validate)</h2>'
+            + (f"<ul>{listing}</ul>" if listing else "") + rows_table("validation-table", rows) + "</section>")
+
+
+# ---------------------------------------------------------------- page
+
+def render_page(data: ReportData, cdn: bool, embedded: dict) -> str:
+    from roofline.hardware import catalogue
+
+    a = data.audit
+    figures = {
+        "chart-layers": charts.layer_bars(data),
+        "chart-hierarchy": charts.hierarchy_treemap(data),
+        "chart-roofline": charts.roofline_chart(data, catalogue()),
+    }
+    if data.plan_rows:
+        figures["chart-plan"] = charts.plan_chart(data)
+    divs = {key: figure_div(fig, key) for key, fig in figures.items()}
+    model = str(a.get("model", "model"))
+    body = f"""
+<header>
+  <h1>{esc(model)}</h1>
+  <p class="subtitle">roofline {esc(a.get('roofline_version', __version__))} · decode bytes per token and
+  the bandwidth ceiling</p>
+  {context_line(data)}
+</header>
+{headline(data)}
+<section id="layers"><h2>Where the bytes go</h2>
+  <p class="muted">Bytes read per decoded token in each decoder layer, stacked by storage format.
+  <span class="swatch warning"></span> marks modules that stayed unquantized in a quantized model.</p>
+  <div class="chart">{divs['chart-layers']}</div>
+</section>
+<section id="residuals"><h2>Unquantized residuals</h2>{residual_section(data)}{groups_section(data)}</section>
+<section id="hierarchy"><h2>Module hierarchy</h2><div class="chart">{divs['chart-hierarchy']}</div></section>
+<section id="roofline"><h2>Roofline</h2>
+  <p class="muted">Single-stream decode is bandwidth bound: tok/s = bandwidth / bytes per token. Other
+  hardware of the catalogue can be switched on in the legend.</p>
+  <div class="chart">{divs['chart-roofline']}</div>
+</section>
+{plan_section(data, divs.get('chart-plan', ''))}
+{validation_section(data)}
+{cuda_graph_section(data)}
+{notes_section(data)}
+<footer>Generated by roofline {esc(__version__)} from {esc(a.get('schema', 'audit JSON'))}.
+The data behind this page is embedded in it (script #{DATA_ELEMENT_ID}).</footer>"""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{esc(model)} — roofline report</title>
+<style>{CSS}</style>
+{plotly_loader(cdn)}
+</head>
+<body>
+<main>{body}</main>
+<script type="application/json" id="{DATA_ELEMENT_ID}">{script_json(_finite(embedded))}</script>
+<script>{SORT_JS}</script>
+</body>
+</html>
+"""
+
+
+CSS = """
+:root { --fg: #212529; --muted: #6c757d; --line: #dee2e6; --warn: #d9480f; --warn-bg: #fff4e6;
+        --accent: #1c7ed6; --good: #2b8a3e; }
+* { box-sizing: border-box; }
+body { margin: 0; color: var(--fg); background: #f8f9fa;
+       font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
+main { max-width: 1200px; margin: 0 auto; padding: 24px; }
+h1 { font-size: 24px; margin: 0 0 2px; word-break: break-all; }
+h2 { font-size: 18px; margin: 0 0 8px; }
+section { background: white; border: 1px solid var(--line); border-radius: 8px; padding: 16px;
+          margin: 16px 0; }
+section.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(170px, 1fr)); gap: 12px;
+                background: none; border: 0; padding: 0; }
+.card { background: white; border: 1px solid var(--line); border-radius: 8px; padding: 12px 14px; }
+.card-title { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+.card-value { font-size: 24px; font-weight: 600; margin: 2px 0; word-break: break-word; }
+.card-detail { color: var(--muted); font-size: 12px; }
+.card.warning { border-color: var(--warn); background: var(--warn-bg); }
+.card.warning .card-value { color: var(--warn); }
+.card.accent .card-value { color: var(--accent); }
+.card.good { border-color: var(--good); }
+.card.good .card-value { color: var(--good); font-size: 18px; }
+.subtitle, .muted { color: var(--muted); }
+dl.context { display: flex; flex-wrap: wrap; gap: 4px 20px; margin: 8px 0 0; }
+dl.context div { display: flex; gap: 6px; }
+dl.context dt { color: var(--muted); }
+dl.context dd { margin: 0; }
+table { border-collapse: collapse; width: 100%; margin: 8px 0; font-variant-numeric: tabular-nums; }
+th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
+th.num, td.num { text-align: right; }
+th button { all: unset; cursor: pointer; font-weight: 600; }
+th button:focus-visible { outline: 2px solid var(--accent); }
+th[aria-sort=ascending] button::after { content: " ▲"; }
+th[aria-sort=descending] button::after { content: " ▼"; }
+tr.residual td:first-child { border-left: 4px solid var(--warn); }
+tr.residual { background: var(--warn-bg); }
+table.kv th { width: 40%; color: var(--muted); font-weight: normal; }
+.swatch { display: inline-block; width: 12px; height: 12px; border-radius: 2px; vertical-align: middle; }
+.swatch.warning { background: var(--warn); }
+details summary { cursor: pointer; color: var(--accent); margin-top: 8px; }
+ul.notes li.disagreement { color: var(--warn); }
+footer { color: var(--muted); font-size: 12px; margin: 24px 0; }
+"""
+
+# Click a header to sort by it: numbers by the cell's data-value, text by its characters;
+# a second click reverses. No libraries.
+SORT_JS = """
+(function () {
+  function key(cell) {
+    var raw = cell.getAttribute('data-value');
+    if (raw !== null && raw !== '' && !isNaN(Number(raw))) return Number(raw);
+    return cell.textContent.trim().toLowerCase();
+  }
+  function sort(table, index, th) {
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    var numeric = th.classList.contains('num');
+    var current = th.getAttribute('aria-sort');
+    var descending = current ? current === 'ascending' : numeric;
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (h) { h.removeAttribute('aria-sort'); });
+    th.setAttribute('aria-sort', descending ? 'descending' : 'ascending');
+    rows.sort(function (a, b) {
+      var x = key(a.cells[index]), y = key(b.cells[index]);
+      if (typeof x !== typeof y) { x = String(x); y = String(y); }
+      var order = x < y ? -1 : x > y ? 1 : 0;
+      return descending ? -order : order;
+    });
+    rows.forEach(function (row) { body.appendChild(row); });
+  }
+  Array.prototype.forEach.call(document.querySelectorAll('table.sortable'), function (table) {
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, index) {
+      th.querySelector('button').addEventListener('click', function () { sort(table, index, th); });
+    });
+  });
+})();
+"""
