@@ -29,6 +29,9 @@ def looks_like_repo_id(model: str) -> bool:
 def _hub_error(exc: Exception, repo_id: str, what: str) -> RooflineError:
     from huggingface_hub import errors
 
+    if isinstance(exc, (errors.OfflineModeIsEnabled, errors.LocalEntryNotFoundError)):
+        return RooflineError(f"{repo_id}: {what} is not in the Hugging Face cache and the hub cannot be reached "
+                             f"(offline or unreachable)")
     if isinstance(exc, errors.GatedRepoError):
         return RooflineError(f"{repo_id}: gated repository; accept its terms and set HF_TOKEN")
     if isinstance(exc, errors.RepositoryNotFoundError):
@@ -37,9 +40,6 @@ def _hub_error(exc: Exception, repo_id: str, what: str) -> RooflineError:
         return RooflineError(f"{repo_id}: revision not found")
     if isinstance(exc, errors.EntryNotFoundError):
         return RooflineError(f"{repo_id}: {what} not found in the repository")
-    if isinstance(exc, (errors.OfflineModeIsEnabled, errors.LocalEntryNotFoundError)):
-        return RooflineError(f"{repo_id}: {what} is not in the Hugging Face cache and the hub cannot be reached "
-                             f"(offline or unreachable)")
     if isinstance(exc, errors.HfHubHTTPError):
         status = getattr(getattr(exc, "response", None), "status_code", "?")
         return RooflineError(f"{repo_id}: hub answered HTTP {status} for {what}")
@@ -52,10 +52,12 @@ def _download(repo_id: str, filename: str, revision: str | None, optional: bool 
 
     try:
         return hf_hub_download(repo_id, filename, revision=revision)
-    except errors.EntryNotFoundError:
+    except errors.EntryNotFoundError as exc:
+        # offline and uncached is a LocalEntryNotFoundError, also an EntryNotFoundError: an
+        # optional file we cannot check counts as absent, a required one is an error
         if optional:
             return None
-        raise _hub_error(errors.EntryNotFoundError(filename), repo_id, filename) from None
+        raise _hub_error(exc, repo_id, filename) from None
     except Exception as exc:  # noqa: BLE001 - every hub failure becomes one line
         raise _hub_error(exc, repo_id, filename) from None
 
@@ -114,7 +116,10 @@ def _total_size(content_range: str | None, received: int, status: int) -> int | 
 
 def load_hub(repo_id: str, revision: str | None = None, progress: bool | None = None) -> Inventory:
     from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils import build_hf_headers, logging as hub_logging
+
+    # the hub client logs each retry as a warning; a failure still ends as our one line
+    hub_logging.set_verbosity_error()
 
     config_path = _download(repo_id, "config.json", revision)
     snapshot = os.path.dirname(config_path)
