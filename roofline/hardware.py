@@ -1,6 +1,8 @@
 """The hardware catalogue (roofline/data/hardware.toml) as dataclasses."""
 from __future__ import annotations
 
+import os
+import tomllib
 from dataclasses import dataclass, field
 
 from .errors import RooflineError
@@ -29,14 +31,40 @@ class Hardware:
         return compute in self.tensor_tflops
 
 
+def user_hardware_file() -> str:
+    """Where `roofline calibrate --save` writes and the catalogue reads user entries:
+    $ROOFLINE_HARDWARE_FILE, else $XDG_CONFIG_HOME/roofline/hardware.toml (~/.config/...)."""
+    explicit = os.environ.get("ROOFLINE_HARDWARE_FILE")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "roofline", "hardware.toml")
+
+
+def _user_entries() -> dict:
+    path = user_hardware_file()
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise RooflineError(f"{path}: cannot read the user hardware file: {exc}") from None
+
+
 def catalogue() -> dict[str, Hardware]:
+    """The shipped table plus the user's entries (a user entry of the same key wins)."""
     out = {}
-    for key, entry in load_table("hardware").items():
+    user = _user_entries()
+    for key, entry in list(load_table("hardware").items()) + list(user.items()):
         entry = dict(entry)
         entry.pop("memory_source", None)
         entry.pop("tensor_source", None)
         entry["aliases"] = tuple(entry.get("aliases", ()))
-        out[key] = Hardware(key=key, **entry)
+        try:
+            out[key] = Hardware(key=key, **entry)
+        except TypeError as exc:
+            raise RooflineError(f"{user_hardware_file()}: hardware entry [{key}] is malformed: {exc}") from None
     return out
 
 

@@ -1,0 +1,58 @@
+"""roofline calibrate"""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..errors import RooflineError
+
+
+@click.command(name="calibrate")
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N, or auto (a GPU if torch sees one).")
+@click.option("--size-mb", "buffer_mb", type=float, default=512, show_default=True,
+              help="MiB per buffer; must be far larger than the last-level cache.")
+@click.option("--repetitions", type=int, default=10, show_default=True, help="Timed repetitions per kernel.")
+@click.option("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice).")
+@click.option("--save", "save_key", default=None, metavar="KEY",
+              help="Save the result as hardware entry KEY, usable as --hardware KEY.")
+@click.option("--hardware-file", type=click.Path(dir_okay=False), default=None,
+              help="File to save into (default: $ROOFLINE_HARDWARE_FILE or ~/.config/roofline/hardware.toml).")
+@click.option("--name", default=None, help="Display name of the saved entry.")
+@click.option("--efficiency", type=float, default=0.75, show_default=True,
+              help="Saved entry: prior share of the roof a decode engine reaches on this host.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, name, efficiency, as_json):
+    """Measure this host's achievable memory bandwidth (large copy and GEMV), so a CPU or GPU
+    host can be validated against its own roof. The roof is the best kernel's best repetition."""
+    from ..calibrate import hardware_entry, measure, save_entry
+
+    if not 0 < efficiency <= 1:
+        raise RooflineError("--efficiency must be in (0, 1]")
+    if hardware_file and not save_key:
+        raise RooflineError("--hardware-file needs --save KEY")
+    progress = None if as_json else (lambda message: click.echo(message, err=True))
+    calibration = measure(device=device, buffer_mb=buffer_mb, repetitions=repetitions, threads=threads,
+                          progress=progress)
+    payload = calibration.to_json()
+    saved = None
+    if save_key:
+        entry = hardware_entry(calibration, name=name, efficiency=efficiency)
+        saved = save_entry(save_key, entry, hardware_file)
+        payload["saved"] = {"key": save_key, "file": saved}
+    if as_json:
+        json.dump(payload, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return
+    click.echo(f"{calibration.device_name} ({calibration.device}"
+               + (f", {calibration.threads} threads" if calibration.threads else "") + ")")
+    click.echo(f"{'kernel':12}{'best GB/s':>12}{'median GB/s':>14}")
+    for k in calibration.kernels:
+        click.echo(f"{k.kernel:12}{k.best_gbps:>12.2f}{k.median_gbps:>14.2f}")
+    click.echo(f"achievable bandwidth: {calibration.bandwidth_gbps:.2f} GB/s ({calibration.best.kernel})")
+    for note in calibration.notes:
+        click.echo(f"note: {note}")
+    if saved:
+        click.echo(f"saved as hardware '{save_key}' in {saved}: use --hardware {save_key}"
+                   + (f" (with ROOFLINE_HARDWARE_FILE={saved})" if hardware_file else ""))
