@@ -1,0 +1,137 @@
+"""roofline validate MODEL (--measured TOKS | --url URL | --bench-json FILE)"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+from click.core import ParameterSource
+
+from ..errors import RooflineError
+from .bench import bench_options, config_from
+from .options import scenario_from, scenario_options
+
+SCENARIO_PARAMS = ("hardware_name", "bandwidth", "batch", "context", "kv_cache_dtype", "speculative_tokens",
+                   "acceptance_rate")
+
+
+def _load_json(path: str, what: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise RooflineError(f"{what} {path}: no such file") from None
+    except ValueError as exc:
+        raise RooflineError(f"{what} {path}: not JSON ({exc})") from None
+    except OSError as exc:
+        raise RooflineError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
+    if not isinstance(data, dict):
+        raise RooflineError(f"{what} {path}: expected a JSON object")
+    return data
+
+
+@click.command(name="validate")
+@click.argument("model", required=False)
+@click.option("--measured", "measured_tok_s", type=float, default=None,
+              help="Measured single-stream decode tok/s (from any benchmark).")
+@click.option("--bench-json", type=click.Path(dir_okay=False), default=None,
+              help="A saved `roofline bench --json` result.")
+@bench_options
+@click.option("--audit-json", type=click.Path(dir_okay=False), default=None,
+              help="A saved `roofline audit --json` result instead of auditing MODEL.")
+@click.option("--revision", default=None, help="Hub revision of MODEL.")
+@click.option("--config-only", is_flag=True, help="Audit MODEL from config.json alone.")
+@scenario_options
+@click.option("--record", "record_path", default=None, type=click.Path(dir_okay=False),
+              help="Validation record to append to (JSON lines).  [default: ./roofline-validation.jsonl]")
+@click.option("--no-record", is_flag=True, help="Do not append to the validation record.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Write an HTML report of the audit with this model's validation rows.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def command(model, measured_tok_s, bench_json, url, audit_json, revision, config_only, record_path, no_record,
+            html_path, as_json, **kwargs):
+    """Set a measured decode tok/s beside the ceiling and the expected speed of MODEL for the
+    same scenario: bandwidth utilisation and a verdict, with suspects when it falls short.
+    The measurement comes from --measured, a live server (--url: runs `roofline bench`), or a
+    saved bench result (--bench-json). Without --context, a bench's mean context is used."""
+    from ..records import DEFAULT_RECORD, append_record, read_records, record_row
+    from ..validate import render, validate
+
+    ctx = click.get_current_context()
+    sources = [s for s in (measured_tok_s is not None, url, bench_json) if s]
+    if len(sources) != 1:
+        raise RooflineError("give exactly one of --measured TOKS, --url URL or --bench-json FILE")
+    if not model and not audit_json:
+        raise RooflineError("give MODEL (a folder or org/name) or --audit-json FILE")
+    if model and audit_json:
+        raise RooflineError("give MODEL or --audit-json, not both")
+    explicit = {name for name in SCENARIO_PARAMS if ctx.get_parameter_source(name) != ParameterSource.DEFAULT}
+    if audit_json and explicit:
+        raise RooflineError(f"--audit-json carries its own scenario and hardware; drop "
+                            f"{', '.join('--' + n.replace('_name', '').replace('_', '-') for n in sorted(explicit))}")
+
+    bench = None
+    if url:
+        from ..bench import run_bench
+
+        cfg = config_from(url, kwargs)
+        progress = None if as_json else (lambda message: click.echo(message, err=True))
+        bench = run_bench(cfg, progress=progress).to_json()
+        measured_by = f"roofline bench {url}"
+    elif bench_json:
+        bench = _load_json(bench_json, "--bench-json")
+        measured_by = f"roofline bench (saved: {os.path.basename(bench_json)})"
+    else:
+        for name in ("served_model", "api", "prompt", "max_tokens", "runs", "warmup", "timeout_s", "no_ignore_eos"):
+            kwargs.pop(name, None)
+        if measured_tok_s <= 0:
+            raise RooflineError("--measured must be a positive tok/s")
+        measured_by = "user (--measured)"
+    if bench is not None:
+        median = (bench.get("decode_tok_s") or {}).get("median")
+        if not isinstance(median, (int, float)) or median <= 0:
+            raise RooflineError("the bench result has no measured decode tok/s")
+        measured_tok_s = float(median)
+        if "context" not in explicit and isinstance(bench.get("mean_context"), int):
+            kwargs["context"] = bench["mean_context"]  # the scenario the server really decoded
+
+    if audit_json:
+        audit = _load_json(audit_json, "--audit-json")
+        for name in SCENARIO_PARAMS:
+            kwargs.pop(name, None)
+    else:
+        from ..audit import load_inventory, run_audit
+
+        scenario, hardware = scenario_from(kwargs)
+        inventory = load_inventory(model, revision=revision, config_only=config_only)
+        audit = run_audit(inventory, scenario, hardware).to_json()
+
+    result = validate(audit, measured_tok_s)
+    row = record_row(result, measured_by=measured_by, bench=bench, audit=audit)
+    recorded = None
+    if not no_record:
+        recorded = append_record(record_path or DEFAULT_RECORD, row)
+    if html_path:
+        from ..reports import render_report
+
+        rows = read_records(recorded) if recorded else [row]
+        rows = [r for r in rows if r.get("model") == result.model] or [row]
+        html = render_report(audit, validation_rows=rows)
+        with open(html_path, "w", encoding="utf-8") as fh:
+            fh.write(html)
+    if as_json:
+        payload = result.to_json() | {"record": row, "recorded_in": recorded}
+        if bench is not None:
+            payload["bench"] = bench
+        json.dump(payload, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return
+    click.echo(render(result))
+    if bench is not None and bench.get("notes"):
+        for note in bench["notes"]:
+            click.echo(f"bench note: {note}")
+    if recorded:
+        click.echo(f"recorded in {recorded}")
+    if html_path:
+        click.echo(f"report: {html_path}")
