@@ -85,7 +85,8 @@ def module_views(audit: dict) -> list[ModuleView]:
 def layer_buckets(modules: list[ModuleView]) -> list[str]:
     """x categories: decoder layers in order, then what lies outside them."""
     layers = sorted({m.layer for m in modules if m.layer is not None and m.role != "mtp"})
-    present = {m.bucket for m in modules}
+    # buckets outside the layers only when a token reads something there (MTP is off by default)
+    present = {m.bucket for m in modules if m.bytes_per_token > 0}
     return [f"L{n}" for n in layers] + [OUTSIDE_LABELS[k] for k in OUTSIDE_LAYERS if OUTSIDE_LABELS[k] in present]
 
 
