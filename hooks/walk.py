@@ -1,0 +1,394 @@
+"""The module walk that runs inside a vLLM worker, and the JSON record it produces.
+
+Imports only the standard library at module level (torch and vLLM are imported inside the
+functions, which only ever run inside a vLLM worker where both are already loaded). Nothing
+from the roofline analysis core is imported here, and the core never imports this module's
+vLLM-dependent functions: the capture JSON is the only contract between the two.
+
+Two moments are measured (see plugin.py for how they are reached):
+- "loaded": right after the checkpoint weights are loaded into the model and before
+  vLLM's `process_weights_after_loading` repacks them into kernel layouts. These are the
+  weights as the checkpoint stores them (after tensor-parallel sharding and vLLM's fusing of
+  q/k/v, gate/up and the experts). On the CPU backend this is the only moment the bytes of an
+  unquantized linear are visible: the repack hides the packed weight inside a closure and
+  replaces `layer.weight` with an empty tensor.
+- "runtime": after `load_model` returns. Quant method, compressed-tensors scheme and the
+  chosen kernels are read here (several kernels are only chosen during the repack), together
+  with every tensor the module still holds.
+"""
+from __future__ import annotations
+
+import enum
+import os
+import socket
+import time
+
+FORMAT = "roofline-vllm-capture"
+VERSION = 1
+
+# attributes of a quant method / scheme that name the kernel or backend vLLM chose
+_KERNEL_ATTRS = ("kernel", "fp8_linear", "linear_kernel", "moe_kernel", "experts_cls", "moe_mk")
+
+
+def _dtype_name(tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def _describe(value) -> str | None:
+    """A short name for a chosen kernel / backend object (an enum, a class or an instance)."""
+    if value is None:
+        return None
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, type):
+        return value.__name__
+    if isinstance(value, (str, int, float, bool)):
+        return str(value)
+    # a modular MoE kernel: the experts implementation is the part that names the GEMM
+    experts = getattr(value, "impl", None)
+    experts = getattr(experts, "fused_experts", None)
+    if experts is not None:
+        return f"{type(value).__name__}({type(experts).__name__})"
+    return type(value).__name__
+
+
+def kernel_choices(*owners) -> dict[str, str]:
+    """Kernel / backend choices exposed by a quant method or a compressed-tensors scheme:
+    the attributes in _KERNEL_ATTRS plus every `*_backend` attribute (fp8_backend,
+    nvfp4_backend, mxfp4_backend, unquantized_backend, ...)."""
+    found: dict[str, str] = {}
+    for owner in owners:
+        if owner is None:
+            continue
+        attrs = getattr(owner, "__dict__", {})
+        prefix = "scheme." if owner is not owners[0] and len(owners) > 1 else ""
+        for attr, value in attrs.items():
+            if attr in _KERNEL_ATTRS or (attr.endswith("_backend") and not attr.startswith("_")):
+                described = _describe(value)
+                if described is not None:
+                    found[prefix + attr] = described
+    return found
+
+
+def _tensor_key(tensor):
+    """Identity of the memory a tensor views: two names for one storage count once."""
+    if tensor.device.type == "meta":
+        return ("meta", id(tensor))
+    try:
+        storage = tensor.untyped_storage()
+        if storage.nbytes() == 0 or storage.data_ptr() == 0:
+            # empty tensors (a weight the CPU repack replaced) own nothing and share no memory
+            return ("id", id(tensor))
+        return (storage.data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
+                tensor.dtype, storage.nbytes())
+    except Exception:  # noqa: BLE001 - exotic tensor subclasses: fall back to object identity
+        return ("id", id(tensor))
+
+
+def _module_tensors(module, torch):
+    """(attribute, kind, tensor) for everything the module holds directly."""
+    for attr, tensor in module._parameters.items():
+        if tensor is not None:
+            yield attr, "parameter", tensor
+    for attr, tensor in module._buffers.items():
+        if tensor is not None:
+            yield attr, "buffer", tensor
+    for attr, value in module.__dict__.items():
+        if isinstance(value, torch.Tensor) and not attr.startswith("__"):
+            yield attr, "attribute", value
+
+
+def _shard_dim(module, attr, tensor, families) -> int | None | str:
+    """How tensor parallelism split this tensor: the dim it was sharded along, None when it
+    is replicated on every rank, "unknown" when no rule knows (the merge then compares
+    fingerprints across ranks). Rules follow vLLM's weight loaders: column-parallel
+    linears shard along a parameter's `output_dim`, row-parallel ones along `input_dim`,
+    vocab-parallel embeddings along dim 0, fused MoE expert weights along their
+    intermediate dim (TP) or expert dim (EP)."""
+    tp_size = getattr(module, "tp_size", None)
+    column, row, replicated, vocab, moe = families
+    if replicated and isinstance(module, replicated):
+        return None
+    if column and isinstance(module, column):
+        if tp_size == 1:
+            return None
+        dim = getattr(tensor, "output_dim", None)
+        return dim if isinstance(dim, int) else None
+    if row and isinstance(module, row):
+        if tp_size == 1:
+            return None
+        dim = getattr(tensor, "input_dim", None)
+        return dim if isinstance(dim, int) else None
+    if vocab and isinstance(module, vocab):
+        return 0 if tp_size and tp_size > 1 and tensor.dim() >= 1 else None
+    if moe and isinstance(module, moe):
+        config = getattr(module, "moe_config", None)
+        ep = getattr(config, "ep_size", 1) or 1
+        tp = getattr(config, "tp_size", 1) or 1
+        if ep > 1 and tensor.dim() >= 1:
+            return 0
+        if tp == 1:
+            return None
+        if tensor.dim() == 3 and attr.startswith("w13"):
+            return 1
+        if tensor.dim() == 3 and attr.startswith("w2"):
+            return 2
+        return "unknown"
+    if tp_size == 1:
+        return None
+    return "unknown"
+
+
+def _fingerprint(tensor, torch) -> str:
+    """A cheap content fingerprint (a strided sample of at most 4096 elements), only for
+    tensors whose sharding no rule knows, so that the merge can tell a replicated tensor
+    (same content on every rank) from a sharded one."""
+    try:
+        flat = tensor.detach().reshape(-1)
+        if flat.numel() == 0:
+            return "empty"
+        step = max(1, flat.numel() // 4096)
+        sample = flat[::step][:4096]
+        if sample.is_floating_point() and sample.element_size() == 1:
+            sample = sample.view(torch.uint8)
+        sample = sample.to(torch.float64)
+        return f"{float(sample.sum()):.10e}/{float((sample * sample).sum()):.10e}/{flat.numel()}"
+    except Exception:  # noqa: BLE001 - no fingerprint: the merge assumes sharded
+        return "none"
+
+
+def _families():
+    """vLLM layer classes used by the walk; any that cannot be imported are skipped."""
+    out = {}
+    try:
+        from vllm.model_executor.layers import linear
+        out["column"] = linear.ColumnParallelLinear
+        out["row"] = linear.RowParallelLinear
+        out["replicated"] = linear.ReplicatedLinear
+        out["unquantized_linear"] = linear.UnquantizedLinearMethod
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        from vllm.model_executor.layers import vocab_parallel_embedding as vpe
+        out["vocab"] = vpe.VocabParallelEmbedding
+        out["unquantized_embedding"] = vpe.UnquantizedEmbeddingMethod
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import (
+            UnquantizedFusedMoEMethod,
+        )
+        out["unquantized_moe"] = UnquantizedFusedMoEMethod
+    except Exception:  # noqa: BLE001
+        pass
+    moe = []
+    try:
+        from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+        moe.append(RoutedExperts)
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        from vllm.model_executor.layers.fused_moe.layer import FusedMoE
+        moe.append(FusedMoE)
+    except Exception:  # noqa: BLE001
+        pass
+    out["moe"] = tuple(moe) or None
+    try:
+        from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
+        out["quantize_method_base"] = QuantizeMethodBase
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
+def snapshot_tensors(model, with_fingerprints: bool) -> dict:
+    """{module name: [tensor record, ...]} for every tensor the modules hold, deduplicated
+    across the whole model (the first name that holds a storage owns it; later holders get a
+    `shared_with` pointer and no bytes). Also the aliases: module objects reachable under
+    more than one name (a tied lm_head that *is* the embedding module)."""
+    import torch
+
+    fam = _families()
+    families = (fam.get("column"), fam.get("row"), fam.get("replicated"), fam.get("vocab"),
+                fam.get("moe"))
+    seen_tensors: dict = {}
+    seen_modules: dict[int, str] = {}
+    modules: dict[str, list[dict]] = {}
+    aliases: dict[str, str] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        first = seen_modules.setdefault(id(module), name)
+        if first != name:
+            aliases[name] = first
+            continue
+        records = []
+        for attr, kind, tensor in _module_tensors(module, torch):
+            full = f"{name}.{attr}" if name else attr
+            key = _tensor_key(tensor)
+            record = {
+                "name": full, "kind": kind, "dtype": _dtype_name(tensor),
+                "shape": list(tensor.shape), "nbytes": tensor.numel() * tensor.element_size(),
+                "device": tensor.device.type,
+            }
+            owner = seen_tensors.get(key)
+            if owner is not None:
+                record["shared_with"] = owner
+                record["nbytes"] = 0
+            else:
+                seen_tensors[key] = full
+                shard = _shard_dim(module, attr, tensor, families)
+                record["shard_dim"] = shard
+                if shard == "unknown" and with_fingerprints:
+                    record["fingerprint"] = _fingerprint(tensor, torch)
+            records.append(record)
+        if records:
+            modules[name] = records
+    return {"modules": modules, "aliases": aliases}
+
+
+def describe_modules(model) -> dict[str, dict]:
+    """{module name: {class, quant_method, unquantized, scheme, kernels, experts}} for every
+    module that carries a quant method (or a scheme)."""
+    fam = _families()
+    unquantized = tuple(c for c in (fam.get("unquantized_linear"), fam.get("unquantized_embedding"),
+                                    fam.get("unquantized_moe")) if c is not None)
+    out: dict[str, dict] = {}
+    for name, module in model.named_modules():
+        quant_method = getattr(module, "quant_method", None)
+        scheme = getattr(module, "scheme", None)
+        entry: dict = {"class": type(module).__name__}
+        if quant_method is not None and not isinstance(quant_method, (str, int, float, bool)):
+            entry["quant_method"] = type(quant_method).__name__
+            entry["unquantized"] = bool(unquantized) and isinstance(quant_method, unquantized)
+        if scheme is not None and not isinstance(scheme, (str, int, float, bool)):
+            entry["scheme"] = type(scheme).__name__
+        kernels = kernel_choices(quant_method, scheme) if quant_method is not None else {}
+        if kernels:
+            entry["kernels"] = kernels
+        for attr in ("global_num_experts", "local_num_experts"):
+            value = getattr(module, attr, None)
+            if isinstance(value, int):
+                entry[attr] = value
+        if len(entry) > 1:
+            out[name] = entry
+    return out
+
+
+def _json_safe(value, depth: int = 0):
+    if depth > 12:
+        return repr(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_json_safe(v, depth + 1) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.name
+    return str(value).removeprefix("torch.")
+
+
+def engine_facts(vllm_config) -> dict:
+    """Rank, world, platform, versions and the model / quantization config of this worker."""
+    facts: dict = {"pid": os.getpid(), "hostname": socket.gethostname()}
+    try:
+        import vllm
+        facts["vllm_version"] = getattr(vllm, "__version__", "unknown")
+    except Exception:  # noqa: BLE001
+        facts["vllm_version"] = "unknown"
+    try:
+        import torch
+        facts["torch_version"] = torch.__version__
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        from vllm.platforms import current_platform
+        facts["platform"] = str(getattr(current_platform, "device_name", "") or
+                                type(current_platform).__name__)
+        facts["platform_class"] = type(current_platform).__name__
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        from vllm.distributed import parallel_state as ps
+        facts["rank"] = ps.get_world_group().rank
+        facts["world_size"] = ps.get_world_group().world_size
+        facts["tp_rank"] = ps.get_tensor_model_parallel_rank()
+        facts["tp_size"] = ps.get_tensor_model_parallel_world_size()
+        facts["pp_rank"] = ps.get_pp_group().rank_in_group
+        facts["pp_size"] = ps.get_pp_group().world_size
+    except Exception:  # noqa: BLE001 - not initialised (should not happen after load)
+        facts.setdefault("rank", 0)
+        facts.setdefault("world_size", 1)
+    if vllm_config is None:
+        return facts
+    facts["run_id"] = getattr(vllm_config, "instance_id", "") or ""
+    model_config = getattr(vllm_config, "model_config", None)
+    parallel = getattr(vllm_config, "parallel_config", None)
+    cache = getattr(vllm_config, "cache_config", None)
+    if parallel is not None:
+        facts["dp_rank"] = getattr(parallel, "data_parallel_rank", 0)
+        facts["dp_size"] = getattr(parallel, "data_parallel_size", 1)
+        facts["enable_expert_parallel"] = bool(getattr(parallel, "enable_expert_parallel", False))
+    if model_config is not None:
+        facts["model"] = str(getattr(model_config, "model", ""))
+        facts["dtype"] = str(getattr(model_config, "dtype", "")).removeprefix("torch.")
+        facts["quantization"] = getattr(model_config, "quantization", None)
+        facts["enforce_eager"] = bool(getattr(model_config, "enforce_eager", False))
+        facts["max_model_len"] = getattr(model_config, "max_model_len", None)
+        hf_config = getattr(model_config, "hf_config", None)
+        try:
+            facts["hf_config"] = _json_safe(hf_config.to_dict()) if hf_config is not None else {}
+        except Exception:  # noqa: BLE001
+            facts["hf_config"] = {}
+    quant_config = getattr(vllm_config, "quant_config", None)
+    if quant_config is not None:
+        facts["quant_config"] = {
+            "class": type(quant_config).__name__,
+            "name": _safe_call(quant_config, "get_name"),
+        }
+    hf_quant = (facts.get("hf_config") or {}).get("quantization_config")
+    if hf_quant:
+        facts.setdefault("quant_config", {})["checkpoint"] = hf_quant
+    if cache is not None:
+        facts["kv_cache_dtype"] = str(getattr(cache, "cache_dtype", "auto"))
+    kernel_config = getattr(vllm_config, "kernel_config", None)
+    if kernel_config is not None:
+        facts["kernel_config"] = {k: _json_safe(v) for k, v in vars(kernel_config).items()
+                                  if not k.startswith("_")}
+    return facts
+
+
+def _safe_call(obj, method):
+    try:
+        return _json_safe(getattr(obj, method)())
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def build_record(model, vllm_config, loaded: dict | None, timings: dict) -> dict:
+    """The record of one worker: engine facts plus every module with its tensors at the
+    loaded moment (when it was reached) and at runtime, and what vLLM chose for it."""
+    started = time.perf_counter()
+    facts = engine_facts(vllm_config)
+    multi_rank = (facts.get("world_size") or 1) > 1
+    runtime = snapshot_tensors(model, with_fingerprints=multi_rank)
+    described = describe_modules(model)
+    names = list(dict.fromkeys([*(loaded or {}).get("modules", {}), *runtime["modules"],
+                                *described]))
+    modules = []
+    for name in names:
+        entry = {"name": name}
+        entry.update(described.get(name, {}))
+        if loaded is not None:
+            entry["tensors"] = loaded["modules"].get(name, [])
+        entry["runtime_tensors"] = runtime["modules"].get(name, [])
+        modules.append(entry)
+    timings = dict(timings)
+    timings["runtime_walk_s"] = time.perf_counter() - started
+    record = {
+        "format": FORMAT, "version": VERSION, **facts,
+        "phase": "loaded" if loaded is not None else "runtime",
+        "aliases": {**runtime["aliases"], **((loaded or {}).get("aliases", {}))},
+        "modules": modules,
+        "timings": timings,
+    }
+    return record
