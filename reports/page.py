@@ -16,7 +16,7 @@ from roofline.formats import format_label
 from roofline.render import human_bytes
 
 from . import charts
-from .view import PREDICTED_KEYS, MEASURED_KEYS, ReportData, first_number, row_label
+from .view import MEASURED_KEYS, PREDICTED_KEYS, ReportData, first_number, first_text, row_label
 
 DATA_ELEMENT_ID = "roofline-data"
 
@@ -116,15 +116,21 @@ def _cell(key: str, value) -> tuple[str, object]:
     return (str(value), str(value))
 
 
+# the columns a reader compares first; every other column follows in the rows' own order
+LEADING_COLUMNS = ("label", "format", "recipe", "measured_tok_s", "predicted_tok_s", "expected_tok_s",
+                   "ceiling_tok_s", "ratio_to_expected", "ratio_to_ceiling", "verdict", "bytes_per_token")
+
+
 def rows_table(table_id: str, rows: list[dict]) -> str:
-    """Every column any row has, in order of first appearance."""
-    keys: list[str] = []
+    """Every column any row has: the leading ones first, then in order of first appearance."""
+    keys: list[str] = [k for k in LEADING_COLUMNS if any(k in row for row in rows)]
     for row in rows:
         keys += [k for k in row if k not in keys]
     numeric = {k for k in keys if any(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)
                                       for r in rows)}
     columns = [(k.replace("_", " "), "num" if k in numeric else "text") for k in keys]
-    return sortable_table(table_id, columns, [[_cell(k, row.get(k)) for k in keys] for row in rows])
+    table = sortable_table(table_id, columns, [[_cell(k, row.get(k)) for k in keys] for row in rows])
+    return f'<div class="table-wrap">{table}</div>'
 
 
 def _tok_s(value) -> str:
@@ -299,8 +305,10 @@ def validation_section(data: ReportData) -> str:
     for row in rows:
         measured, predicted = first_number(row, *MEASURED_KEYS), first_number(row, *PREDICTED_KEYS)
         if measured and predicted:
+            verdict = first_text(row, "verdict_text", "verdict")
             summary.append(f"{row_label(row, 'run')}: measured {charts.format_tok_s(measured)} vs predicted "
-                           f"{charts.format_tok_s(predicted)} tok/s ({100 * measured / predicted:.0f}%)")
+                           f"{charts.format_tok_s(predicted)} tok/s ({100 * measured / predicted:.0f}%)"
+                           + (f" — {verdict.replace('_', ' ')}" if verdict else ""))
     listing = "".join(f"<li>{esc(s)}</li>" for s in summary)
     return ('<section id="validation"><h2>Predicted vs measured (validate)</h2>'
             + (f"<ul>{listing}</ul>" if listing else "") + rows_table("validation-table", rows) + "</section>")
@@ -392,6 +400,8 @@ dl.context { display: flex; flex-wrap: wrap; gap: 4px 20px; margin: 8px 0 0; }
 dl.context div { display: flex; gap: 6px; }
 dl.context dt { color: var(--muted); }
 dl.context dd { margin: 0; }
+.table-wrap { overflow-x: auto; }
+.table-wrap th, .table-wrap td { white-space: nowrap; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0; font-variant-numeric: tabular-nums; }
 th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
 th.num, td.num { text-align: right; }

@@ -62,9 +62,9 @@ def audit_json(path: Path) -> dict:
     return json.loads(json.dumps(_AUDITS[key]))  # a fresh copy: tests may change it
 
 
-# Test doubles, named as such: a plan and a validation record in the shape `roofline plan --json`
-# and `roofline validate` write (ranked rows; predicted vs measured rows). The report only lays
-# them out, so their figures merely need to be consistent with the audit they extend.
+# Test double, named as such, until `roofline plan --json` exists: ranked plan rows in the shape
+# that command writes. The report only lays them out, so their figures merely need to be
+# consistent with the audit they extend.
 def plan_from(audit: dict) -> dict:
     bytes_per_token = audit["bytes_per_token"]
     bandwidth = audit["hardware"]["bandwidth_gbps"] * 1e9
@@ -79,6 +79,10 @@ def plan_from(audit: dict) -> dict:
 
 
 def validation_from(audit: dict, measured_share: float = 0.7) -> list[dict]:
-    return [{"label": "vllm serve, graphs", "bytes_per_token": audit["bytes_per_token"],
-             "predicted_tok_s": audit["expected_tok_s"],
-             "measured_tok_s": audit["ceiling_tok_s"] * measured_share}]
+    """A real validation record row (roofline.validate + roofline.records, as `roofline validate`
+    writes it) for a measurement at measured_share of the ceiling."""
+    from roofline.records import record_row
+    from roofline.validate import validate
+
+    result = validate(audit, audit["ceiling_tok_s"] * measured_share)
+    return [record_row(result, measured_by="test", audit=audit)]
