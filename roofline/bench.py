@@ -316,13 +316,17 @@ def request_body(cfg: BenchConfig, model: str, vllm_extras: bool) -> dict:
     return body
 
 
+class StreamDeadline(Exception):
+    """The whole stream took longer than the request timeout (while data kept coming)."""
+
+
 def iter_sse_data(resp, deadline: float):
     """The `data:` payloads of a server-sent-event stream, as each event completes
     (lines joined per the SSE spec; comments and other fields skipped). Ends at EOF."""
     data_lines: list[str] = []
     while True:
         if time.monotonic() > deadline:
-            raise TimeoutError
+            raise StreamDeadline
         raw = resp.readline()
         if not raw:
             if data_lines:
@@ -424,11 +428,11 @@ def stream_once(cfg: BenchConfig, model: str, vllm_extras: bool = True) -> RunRe
                         scale = final / counted
                         run.arrivals = [(t, round(n * scale)) for t, n in run.arrivals]
                     counted = max(counted, final) if usage_counts else final
-        except TimeoutError:
-            run.error = f"timed out after {cfg.timeout_s:g} s with {counted} tokens received"
+        except StreamDeadline:
+            run.error = f"stream still running after {cfg.timeout_s:g} s, {counted} tokens received (raise --timeout)"
             return run
-        except socket.timeout:
-            run.error = f"no data for {cfg.timeout_s:g} s after {counted} tokens"
+        except socket.timeout:  # one read waited the whole timeout
+            run.error = f"timed out: no data for {cfg.timeout_s:g} s after {counted} tokens"
             return run
         except (OSError, http.client.HTTPException) as exc:
             run.error = f"stream broke after {counted} tokens: {exc.__class__.__name__}: {exc}".rstrip(": ")
