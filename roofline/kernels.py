@@ -203,6 +203,10 @@ _CLASS_ROLES = (
     (re.compile(r"VocabParallelEmbedding|Embedding"), "embedding"),
     (re.compile(r"Sampler"), "step"),
 )
+# last name part -> role, for range names that roles.toml (weight modules) does not cover
+_TAIL_ROLES = {"attn": "attention_core", "self_attn": "attention_core", "attention": "attention_core",
+               "linear_attn": "gdn_core", "core": "gdn_core", "mlp": "mlp", "residual": "norms",
+               "input_layernorm": "norms", "post_attention_layernorm": "norms", "sampler": "step"}
 _KERNEL_CATS = {"kernel"}
 _LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 _RANGE_CATS = {"user_annotation", "python_function"}
@@ -243,15 +247,14 @@ def _layer_of(names: list[str], num_layers: int | None) -> int | None:
 def _role_of(names: list[str]) -> str:
     for name in names:  # innermost first
         module = name.split("nn.Module: ", 1)[-1]
-        if "." in module and " " not in module:
+        if " " not in module and ":" not in module:
             role, _ = classify(module)
             if role != "other":
                 return {"norm": "norms"}.get(role, role)
             tail = module.rsplit(".", 1)[-1]
-            if tail in ("attn", "self_attn", "attention"):
-                return "attention_core"
-            if tail in ("linear_attn", "core"):
-                return "gdn_core"
+            role = _TAIL_ROLES.get(tail)
+            if role:
+                return role
         for pattern, role in _CLASS_ROLES:
             if pattern.search(module):
                 return role
