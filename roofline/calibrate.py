@@ -220,11 +220,16 @@ def _toml_key(key: str) -> str:
     return key if bare else _toml_value(key)
 
 
+def check_key(key: str) -> str:
+    if not key or not all(c.isalnum() or c in "-_" for c in key):
+        raise RooflineError(f"hardware key {key!r}: use letters, digits, '-' and '_'")
+    return key
+
+
 def save_entry(key: str, entry: dict, path: str | None = None) -> str:
     """Insert or replace [key] in the user hardware file; the other entries are kept."""
     path = path or user_hardware_file()
-    if not key or not all(c.isalnum() or c in "-_" for c in key):
-        raise RooflineError(f"hardware key {key!r}: use letters, digits, '-' and '_'")
+    check_key(key)
     table: dict = {}
     if os.path.exists(path):
         try:

@@ -26,12 +26,14 @@ from ..errors import RooflineError
 def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, name, efficiency, as_json):
     """Measure this host's achievable memory bandwidth (large copy and GEMV), so a CPU or GPU
     host can be validated against its own roof. The roof is the best kernel's best repetition."""
-    from ..calibrate import hardware_entry, measure, save_entry
+    from ..calibrate import check_key, hardware_entry, measure, save_entry
 
     if not 0 < efficiency <= 1:
         raise RooflineError("--efficiency must be in (0, 1]")
     if hardware_file and not save_key:
         raise RooflineError("--hardware-file needs --save KEY")
+    if save_key:
+        check_key(save_key)
     progress = None if as_json else (lambda message: click.echo(message, err=True))
     calibration = measure(device=device, buffer_mb=buffer_mb, repetitions=repetitions, threads=threads,
                           progress=progress)

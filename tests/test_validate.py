@@ -1,0 +1,255 @@
+"""roofline validate / records / calibrate: the verdict arithmetic over real audits, the
+validation record, the calibrated hardware entry, and the command lines."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from roofline.cli import main
+from roofline.errors import RooflineError
+from roofline.records import append_record, read_records, record_row
+from roofline.validate import (ABOVE_CEILING_TOLERANCE, FAR_BELOW_EXPECTED, NEAR_EXPECTED, validate,
+                               verdict_of)
+
+ROOT = Path(__file__).resolve().parent.parent
+HYBRID_NVFP4 = ROOT / "examples" / "Qwen3.6-35B-A3B-NVFP4"  # real config.json + hf_quant_config.json
+DENSE_BF16 = ROOT / "examples" / "Qwen3-8B"
+
+
+def audit_of(path: Path, *args: str) -> dict:
+    """`roofline audit PATH --json`, in process."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["audit", str(path), "--json", *args]) == 0
+    return json.loads(out.getvalue())
+
+
+@pytest.fixture(scope="module")
+def hybrid() -> dict:
+    return audit_of(HYBRID_NVFP4)
+
+
+@pytest.fixture(scope="module")
+def dense() -> dict:
+    return audit_of(DENSE_BF16, "--hardware", "h100")
+
+
+def test_verdict_bands():
+    ceiling, expected = 100.0, 75.0
+    assert verdict_of(ceiling * ABOVE_CEILING_TOLERANCE + 0.01, ceiling, expected) == "above_ceiling"
+    assert verdict_of(ceiling * 1.01, ceiling, expected) == "near_expected"  # timing noise, not a finding
+    assert verdict_of(expected * NEAR_EXPECTED, ceiling, expected) == "near_expected"
+    assert verdict_of(expected * NEAR_EXPECTED - 0.01, ceiling, expected) == "below_expected"
+    assert verdict_of(expected * FAR_BELOW_EXPECTED, ceiling, expected) == "below_expected"
+    assert verdict_of(expected * FAR_BELOW_EXPECTED - 0.01, ceiling, expected) == "far_below"
+
+
+def test_utilisation_is_measured_bytes_over_bandwidth(hybrid):
+    measured = 40.0
+    v = validate(hybrid, measured)
+    assert v.bandwidth_utilisation == pytest.approx(measured * hybrid["bytes_per_token"] / 273e9)
+    assert v.ratio_to_ceiling == pytest.approx(measured / hybrid["ceiling_tok_s"])
+    assert v.ratio_to_expected == pytest.approx(measured / hybrid["expected_tok_s"])
+    assert v.hardware == "gb10" and v.bandwidth_gbps == 273
+
+
+def test_far_below_names_suspects_from_the_inventory(hybrid):
+    v = validate(hybrid, hybrid["expected_tok_s"] * 0.3)
+    assert v.verdict == "far_below"
+    text = "\n".join(v.suspects)
+    # the BF16 residuals this NVFP4 hybrid MoE really has (its config's exclude list)
+    residual_labels = [g["label"] for g in hybrid["residuals"]]
+    assert residual_labels and "BF16 fallback layers" in text
+    assert f"{residual_labels[0]} x" in text
+    # a MoE + GDN hybrid: eager mode is a suspect, with the kernel model's own numbers
+    assert "eager mode on a MoE and hybrid recurrent model" in text
+    assert f"{hybrid['cuda_graph']['eager_tok_s']:.1f} tok/s eager" in text
+    assert "untuned MoE kernels" in text and "Using default MoE config" in text
+    assert "ms per token" in text
+
+
+def test_dense_bf16_has_no_residual_or_moe_suspects(dense):
+    v = validate(dense, dense["expected_tok_s"] * 0.3)
+    text = "\n".join(v.suspects)
+    assert "BF16 fallback" not in text and "MoE" not in text
+    assert "untuned or generic GEMM kernels" in text
+
+
+def test_near_expected_has_no_suspects(hybrid):
+    v = validate(hybrid, hybrid["expected_tok_s"] * 0.95)
+    assert v.verdict == "near_expected" and v.suspects == []
+
+
+def test_above_ceiling_is_a_finding(hybrid):
+    v = validate(hybrid, hybrid["ceiling_tok_s"] * 1.2)
+    assert v.verdict == "above_ceiling"
+    assert "speculative decoding" in v.suspects[0] and "model error" in v.suspects[-1]
+
+
+def test_above_ceiling_with_speculation_already_modelled():
+    audit = audit_of(HYBRID_NVFP4, "--speculative", "2")
+    v = validate(audit, audit["ceiling_tok_s"] * 1.2)
+    assert v.verdict == "above_ceiling" and not any("speculative decoding" in s for s in v.suspects)
+
+
+@pytest.mark.parametrize("audit, message", [
+    ([], "JSON object"),
+    ({"ceiling_tok_s": 1, "expected_tok_s": 1}, "'bytes_per_token'"),
+    ({"bytes_per_token": 1, "ceiling_tok_s": 0, "expected_tok_s": 1}, "'ceiling_tok_s'"),
+    ({"bytes_per_token": 1, "ceiling_tok_s": 2, "expected_tok_s": 1}, "hardware bandwidth"),
+])
+def test_bad_audit(audit, message):
+    with pytest.raises(RooflineError, match=message):
+        validate(audit, 10)
+
+
+def test_bad_measurement(hybrid):
+    with pytest.raises(RooflineError, match="positive"):
+        validate(hybrid, 0)
+
+
+def test_record_round_trip(hybrid, tmp_path):
+    path = tmp_path / "rec.jsonl"
+    for share in (0.5, 0.9):
+        v = validate(hybrid, hybrid["ceiling_tok_s"] * share)
+        append_record(str(path), record_row(v, measured_by="test", audit=hybrid))
+    rows = read_records(str(path))
+    assert len(rows) == 2 and len(path.read_text().splitlines()) == 2
+    row = rows[1]
+    assert row["schema"] == "roofline.validation/1"
+    assert row["measured_tok_s"] == pytest.approx(hybrid["ceiling_tok_s"] * 0.9)
+    assert row["expected_tok_s"] == hybrid["expected_tok_s"] and row["bytes_per_token"] == hybrid["bytes_per_token"]
+    assert row["hardware"] == "gb10" and row["roofline_version"] and row["python"] and row["platform"]
+    assert row["bandwidth_source"].startswith("NVIDIA DGX Spark datasheet")
+    assert all(not isinstance(v, (dict, list)) for v in row.values())  # flat: a table row
+
+
+def test_record_errors(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"a": 1}\n\nnot json\n')
+    with pytest.raises(RooflineError, match="bad.jsonl:3: not a JSON line"):
+        read_records(str(bad))
+    with pytest.raises(RooflineError, match="no such validation record"):
+        read_records(str(tmp_path / "missing.jsonl"))
+    with pytest.raises(RooflineError, match="does not exist"):
+        append_record(str(tmp_path / "nope" / "r.jsonl"), {})
+
+
+# ------------------------------------------------------------------------------- command line
+
+def test_cli_validate_audit_json(hybrid, tmp_path, capsys):
+    audit_path = tmp_path / "audit.json"
+    audit_path.write_text(json.dumps(hybrid))
+    record = tmp_path / "rec.jsonl"
+    assert main(["validate", "--audit-json", str(audit_path), "--measured", "20", "--record", str(record)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: far below expected" in out and "bandwidth utilisation" in out
+    assert f"recorded in {record}" in out
+    assert main(["validate", "--audit-json", str(audit_path), "--measured", "60", "--record", str(record),
+                 "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["measured_tok_s"] == 60 and payload["recorded_in"] == str(record)
+    assert [r["measured_tok_s"] for r in read_records(str(record))] == [20, 60]
+
+
+def test_cli_validate_model_writes_report(tmp_path, capsys):
+    record, html = tmp_path / "rec.jsonl", tmp_path / "report.html"
+    assert main(["validate", str(DENSE_BF16), "--measured", "35", "--hardware", "gb10", "--context", "512",
+                 "--record", str(record), "--html", str(html)]) == 0
+    out = capsys.readouterr().out
+    assert "context 512" in out and "NVIDIA DGX Spark" in out
+    page = html.read_text()
+    assert 'id="validation"' in page and "Predicted vs measured" in page
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--audit-json", "a.json"], "exactly one of --measured"),
+    (["--audit-json", "a.json", "--measured", "3", "--url", "http://127.0.0.1:9/v1"], "exactly one of"),
+    (["--measured", "3"], "give MODEL"),
+    (["m", "--audit-json", "a.json", "--measured", "3"], "not both"),
+    (["--audit-json", "AUDIT", "--measured", "3", "--hardware", "h100"], "drop --hardware"),
+    (["--audit-json", "AUDIT", "--measured", "-3"], "--measured must be a positive"),
+    (["--audit-json", "missing.json", "--measured", "3"], "no such file"),
+    (["--audit-json", "AUDIT", "--bench-json", "AUDIT"], "no measured decode tok/s"),
+])
+def test_cli_validate_errors(args, message, hybrid, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "AUDIT").write_text(json.dumps(hybrid))
+    assert main(["validate", *args, "--no-record"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_cli_validate_against_a_server_uses_its_context(tmp_path, capsys):
+    """--url runs the bench (here against the test double of tests/test_bench.py) and audits
+    the scenario the server really decoded: context = prompt + half the completion."""
+    from test_bench import FakeOpenAIServer
+
+    record = tmp_path / "rec.jsonl"
+    with FakeOpenAIServer(("ok",)) as server:
+        assert main(["validate", str(DENSE_BF16), "--url", server.url, "--max-tokens", "20", "--runs", "2",
+                     "--record", str(record), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["scenario"]["context"] == 7 + 10
+    row = read_records(str(record))[0]
+    assert row["context"] == 17 and row["measured_runs"] == 2 and row["server_version"] == "double-1.0"
+    assert row["measured_by"] == f"roofline bench {server.url}"
+    assert row["measured_tok_s"] == payload["bench"]["decode_tok_s"]["median"]
+
+
+# ------------------------------------------------------------------------------- calibrate
+
+def test_calibrate_measures_and_saves_an_entry(tmp_path, monkeypatch):
+    from roofline.calibrate import hardware_entry, measure, save_entry
+    from roofline.hardware import get_hardware
+
+    cal = measure(device="cpu", buffer_mb=64, repetitions=2)
+    assert [k.kernel for k in cal.kernels] == ["copy", "gemv_fp32", "gemv_bf16"]
+    assert all(0 < k.median_gbps <= k.best_gbps for k in cal.kernels)
+    assert cal.bandwidth_gbps == max(k.best_gbps for k in cal.kernels)
+    assert cal.kernels[0].bytes_moved == 2 * 64 * 2**20  # copy counts read + write
+    hw_file = tmp_path / "hardware.toml"
+    monkeypatch.setenv("ROOFLINE_HARDWARE_FILE", str(hw_file))
+    save_entry("box-a", hardware_entry(cal, name='my "box"'))
+    save_entry("box-b", hardware_entry(cal, efficiency=0.5))
+    a, b = get_hardware("box-a"), get_hardware("box-b")
+    assert a.name == 'my "box"' and a.bandwidth_gbps == pytest.approx(cal.bandwidth_gbps, rel=1e-3)
+    assert a.host == "cpu" and a.bandwidth_source.startswith("roofline calibrate")
+    assert b.efficiency == 0.5 and get_hardware("gb10").bandwidth_gbps == 273  # the shipped table stays
+    assert get_hardware("box-a", 50).bandwidth_gbps == 50
+
+
+def test_malformed_user_hardware_file(tmp_path, monkeypatch):
+    from roofline.hardware import get_hardware
+
+    hw_file = tmp_path / "hardware.toml"
+    monkeypatch.setenv("ROOFLINE_HARDWARE_FILE", str(hw_file))
+    hw_file.write_text("[x]\nname = 'x'\n")
+    with pytest.raises(RooflineError, match=r"hardware entry \[x\] is malformed"):
+        get_hardware("gb10")
+    hw_file.write_text("[x\n")
+    with pytest.raises(RooflineError, match="cannot read the user hardware file"):
+        get_hardware("gb10")
+
+
+def test_cli_calibrate(tmp_path, monkeypatch, capsys):
+    hw_file = tmp_path / "hw.toml"
+    assert main(["calibrate", "--device", "cpu", "--size-mb", "32", "--repetitions", "2", "--save", "this-box",
+                 "--hardware-file", str(hw_file), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["schema"] == "roofline.calibrate/1" and payload["saved"] == {"key": "this-box",
+                                                                                 "file": str(hw_file)}
+    monkeypatch.setenv("ROOFLINE_HARDWARE_FILE", str(hw_file))
+    audit = audit_of(DENSE_BF16, "--hardware", "this-box")
+    assert audit["hardware"]["bandwidth_gbps"] == pytest.approx(payload["bandwidth_gbps"], rel=1e-3)
+    for args, message in ((["--size-mb", "1"], "at least 16"), (["--device", "tpu"], "unknown --device"),
+                          (["--hardware-file", "x.toml"], "needs --save"), (["--save", "a b"], "hardware key")):
+        argv = ["calibrate", "--device", "cpu", "--repetitions", "1", *args]
+        assert main(argv if "--size-mb" in args else argv + ["--size-mb", "16"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err
