@@ -162,7 +162,7 @@ def _arm_pre_repack_snapshot(state: dict):
 
             started = time.perf_counter()
             # the fingerprint fallback only matters when several ranks are merged
-            state["loaded"] = walk.snapshot_tensors(model, with_fingerprints=_multi_rank())
+            state["loaded"] = walk.snapshot_tensors(model, multi_rank=_multi_rank())
             state["timings"]["loaded_walk_s"] = time.perf_counter() - started
         except Exception as exc:  # noqa: BLE001
             _warn_once("the pre-repack snapshot", exc)

@@ -18,13 +18,20 @@ Two moments are measured (see plugin.py for how they are reached):
 """
 from __future__ import annotations
 
+import contextlib
 import enum
+import gc
 import os
 import socket
+import sys
 import time
 
 FORMAT = "roofline-vllm-capture"
 VERSION = 1
+# one tensor record is a JSON array with these fields (arrays, not objects: a 50k-module
+# model has ~100k records, and the walk runs inside model load)
+TENSOR_FIELDS = ("attr", "kind", "dtype", "shape", "nbytes", "shard_dim", "shared_with",
+                 "fingerprint")
 
 # attributes of a quant method / scheme that name the kernel or backend vLLM chose
 _KERNEL_ATTRS = ("kernel", "fp8_linear", "linear_kernel", "moe_kernel", "experts_cls", "moe_mk")
@@ -75,27 +82,34 @@ def _tensor_key(tensor):
     if tensor.device.type == "meta":
         return ("meta", id(tensor))
     try:
-        storage = tensor.untyped_storage()
-        if storage.nbytes() == 0 or storage.data_ptr() == 0:
-            # empty tensors (a weight the CPU repack replaced) own nothing and share no memory
-            return ("id", id(tensor))
-        return (storage.data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
-                tensor.dtype, storage.nbytes())
+        pointer = tensor.data_ptr()
     except Exception:  # noqa: BLE001 - exotic tensor subclasses: fall back to object identity
         return ("id", id(tensor))
+    if pointer == 0 or tensor.numel() == 0:
+        # empty tensors (a weight the CPU repack replaced) own nothing and share no memory
+        return ("id", id(tensor))
+    # same address, shape and dtype: the same view of the same memory (a tied weight)
+    return (pointer, tuple(tensor.shape), tensor.dtype)
 
 
-def _module_tensors(module, torch):
+def _attr(module, name):
+    """module.name without nn.Module.__getattr__'s slow miss path (an exception per miss)."""
+    value = module.__dict__.get(name)
+    if value is None and hasattr(type(module), name):
+        try:
+            value = getattr(module, name)
+        except Exception:  # noqa: BLE001 - a property that fails: treat as absent
+            value = None
+    return value
+
+
+def _module_tensors(module, tensor_type):
     """(attribute, kind, tensor) for everything the module holds directly."""
-    for attr, tensor in module._parameters.items():
-        if tensor is not None:
-            yield attr, "parameter", tensor
-    for attr, tensor in module._buffers.items():
-        if tensor is not None:
-            yield attr, "buffer", tensor
-    for attr, value in module.__dict__.items():
-        if isinstance(value, torch.Tensor) and not attr.startswith("__"):
-            yield attr, "attribute", value
+    out = [(attr, "parameter", t) for attr, t in module._parameters.items() if t is not None]
+    out.extend((attr, "buffer", t) for attr, t in module._buffers.items() if t is not None)
+    out.extend((attr, "attribute", v) for attr, v in module.__dict__.items()
+               if isinstance(v, tensor_type))
+    return out
 
 
 def _shard_dim(module, attr, tensor, families) -> int | None | str:
@@ -105,7 +119,7 @@ def _shard_dim(module, attr, tensor, families) -> int | None | str:
     linears shard along a parameter's `output_dim`, row-parallel ones along `input_dim`,
     vocab-parallel embeddings along dim 0, fused MoE expert weights along their
     intermediate dim (TP) or expert dim (EP)."""
-    tp_size = getattr(module, "tp_size", None)
+    tp_size = _attr(module, "tp_size")
     column, row, replicated, vocab, moe = families
     if replicated and isinstance(module, replicated):
         return None
@@ -122,7 +136,7 @@ def _shard_dim(module, attr, tensor, families) -> int | None | str:
     if vocab and isinstance(module, vocab):
         return 0 if tp_size and tp_size > 1 and tensor.dim() >= 1 else None
     if moe and isinstance(module, moe):
-        config = getattr(module, "moe_config", None)
+        config = _attr(module, "moe_config")
         ep = getattr(config, "ep_size", 1) or 1
         tp = getattr(config, "tp_size", 1) or 1
         if ep > 1 and tensor.dim() >= 1:
@@ -157,117 +171,179 @@ def _fingerprint(tensor, torch) -> str:
         return "none"
 
 
-def _families():
-    """vLLM layer classes used by the walk; any that cannot be imported are skipped."""
-    out = {}
-    try:
-        from vllm.model_executor.layers import linear
-        out["column"] = linear.ColumnParallelLinear
-        out["row"] = linear.RowParallelLinear
-        out["replicated"] = linear.ReplicatedLinear
-        out["unquantized_linear"] = linear.UnquantizedLinearMethod
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        from vllm.model_executor.layers import vocab_parallel_embedding as vpe
-        out["vocab"] = vpe.VocabParallelEmbedding
-        out["unquantized_embedding"] = vpe.UnquantizedEmbeddingMethod
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import (
-            UnquantizedFusedMoEMethod,
-        )
-        out["unquantized_moe"] = UnquantizedFusedMoEMethod
-    except Exception:  # noqa: BLE001
-        pass
-    moe = []
-    try:
-        from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
-        moe.append(RoutedExperts)
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        from vllm.model_executor.layers.fused_moe.layer import FusedMoE
-        moe.append(FusedMoE)
-    except Exception:  # noqa: BLE001
-        pass
-    out["moe"] = tuple(moe) or None
-    try:
-        from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
-        out["quantize_method_base"] = QuantizeMethodBase
-    except Exception:  # noqa: BLE001
-        pass
+# (key, module, class) of the vLLM layer classes the walk tells apart
+_CLASSES = (
+    ("column", "vllm.model_executor.layers.linear", "ColumnParallelLinear"),
+    ("row", "vllm.model_executor.layers.linear", "RowParallelLinear"),
+    ("replicated", "vllm.model_executor.layers.linear", "ReplicatedLinear"),
+    ("unquantized_linear", "vllm.model_executor.layers.linear", "UnquantizedLinearMethod"),
+    ("vocab", "vllm.model_executor.layers.vocab_parallel_embedding", "VocabParallelEmbedding"),
+    ("unquantized_embedding", "vllm.model_executor.layers.vocab_parallel_embedding",
+     "UnquantizedEmbeddingMethod"),
+    ("unquantized_moe", "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method",
+     "UnquantizedFusedMoEMethod"),
+    ("moe", "vllm.model_executor.layers.fused_moe.routed_experts", "RoutedExperts"),
+    ("moe", "vllm.model_executor.layers.fused_moe.layer", "FusedMoE"),
+)
+
+
+def _families() -> dict:
+    """vLLM layer classes used by the walk. Taken from modules vLLM has already imported
+    only: a class whose module was never imported has no instance in the model, and the
+    hook must not import anything vLLM itself did not."""
+    out: dict = {}
+    for key, module_name, class_name in _CLASSES:
+        module = sys.modules.get(module_name)
+        cls = getattr(module, class_name, None) if module is not None else None
+        if isinstance(cls, type):
+            out[key] = (*out.get(key, ()), cls)
     return out
 
 
-def snapshot_tensors(model, with_fingerprints: bool) -> dict:
+@contextlib.contextmanager
+def no_gc():
+    """The walk allocates one small dict per tensor; with a big model already on the heap,
+    the cyclic collector's generation-2 passes would cost more than the walk itself. It
+    creates no reference cycles, so collection is paused (and restored) around it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def snapshot_tensors(model, multi_rank: bool, named=None, only=None) -> dict:
     """{module name: [tensor record, ...]} for every tensor the modules hold, deduplicated
     across the whole model (the first name that holds a storage owns it; later holders get a
     `shared_with` pointer and no bytes). Also the aliases: module objects reachable under
-    more than one name (a tied lm_head that *is* the embedding module)."""
+    more than one name (a tied lm_head that *is* the embedding module).
+
+    With a single rank nothing is sharded, so the sharding rules and fingerprints (which
+    cost a little per tensor) are skipped and every tensor is recorded as unsharded.
+    Written for speed (it runs inside model load): no per-tensor helper calls on the
+    common path, dtype names cached. `only`: record just these module names."""
     import torch
 
-    fam = _families()
+    tensor_type = torch.Tensor
+    fam = _families() if multi_rank else {}
     families = (fam.get("column"), fam.get("row"), fam.get("replicated"), fam.get("vocab"),
                 fam.get("moe"))
+    dtype_names: dict = {}
     seen_tensors: dict = {}
     seen_modules: dict[int, str] = {}
     modules: dict[str, list[dict]] = {}
     aliases: dict[str, str] = {}
-    for name, module in model.named_modules(remove_duplicate=False):
-        first = seen_modules.setdefault(id(module), name)
-        if first != name:
-            aliases[name] = first
-            continue
-        records = []
-        for attr, kind, tensor in _module_tensors(module, torch):
-            full = f"{name}.{attr}" if name else attr
-            key = _tensor_key(tensor)
-            record = {
-                "name": full, "kind": kind, "dtype": _dtype_name(tensor),
-                "shape": list(tensor.shape), "nbytes": tensor.numel() * tensor.element_size(),
-                "device": tensor.device.type,
-            }
-            owner = seen_tensors.get(key)
-            if owner is not None:
-                record["shared_with"] = owner
-                record["nbytes"] = 0
-            else:
-                seen_tensors[key] = full
-                shard = _shard_dim(module, attr, tensor, families)
-                record["shard_dim"] = shard
-                if shard == "unknown" and with_fingerprints:
-                    record["fingerprint"] = _fingerprint(tensor, torch)
-            records.append(record)
-        if records:
-            modules[name] = records
+    if named is None:
+        named = model.named_modules(remove_duplicate=False)
+    with no_gc():
+        _walk_tensors(named, multi_rank, families, torch, dtype_names, seen_tensors,
+                      seen_modules, modules, aliases, only)
     return {"modules": modules, "aliases": aliases}
 
 
-def describe_modules(model) -> dict[str, dict]:
+def _walk_tensors(named, multi_rank, families, torch, dtype_names, seen_tensors, seen_modules,
+                  modules, aliases, only):
+    tensor_type = torch.Tensor
+    tensor_types: dict[type, bool] = {}
+    base_keys = frozenset(torch.nn.Module().__dict__)
+    for name, module in named:
+        first = seen_modules.setdefault(id(module), name)
+        if first is not name and first != name:
+            aliases[name] = first
+            continue
+        if only is not None and name not in only:
+            continue
+        held = [(a, "parameter", t) for a, t in module._parameters.items() if t is not None]
+        if module._buffers:
+            held.extend((a, "buffer", t) for a, t in module._buffers.items() if t is not None)
+        attrs = module.__dict__
+        # nn.Module's own ~20 bookkeeping attributes never hold tensors: set difference (in C)
+        # leaves the few a layer added itself
+        for a in sorted(attrs.keys() - base_keys):
+            v = attrs[a]
+            # isinstance(v, torch.Tensor) goes through a Python-level metaclass check: cache
+            # the answer per type
+            is_tensor = tensor_types.get(type(v))
+            if is_tensor is None:
+                is_tensor = tensor_types[type(v)] = isinstance(v, tensor_type)
+            if is_tensor:
+                held.append((a, "attribute", v))
+        if not held:
+            continue
+        records = []
+        prefix = f"{name}." if name else ""
+        for attr, kind, tensor in held:
+            dtype = tensor.dtype
+            dtype_name = dtype_names.get(dtype)
+            if dtype_name is None:
+                dtype_name = dtype_names[dtype] = str(dtype).removeprefix("torch.")
+            key = _tensor_key(tensor)
+            owner = seen_tensors.get(key)
+            if owner is not None:  # a second name for memory already counted
+                records.append([attr, kind, dtype_name, list(tensor.shape), 0, None, owner, None])
+                continue
+            seen_tensors[key] = prefix + attr
+            shard = _shard_dim(module, attr, tensor, families) if multi_rank else None
+            records.append([attr, kind, dtype_name, list(tensor.shape), tensor.nbytes, shard, None,
+                            _fingerprint(tensor, torch) if shard == "unknown" else None])
+        modules[name] = records
+
+
+def describe_modules(model, named=None) -> dict[str, dict]:
     """{module name: {class, quant_method, unquantized, scheme, kernels, experts}} for every
     module that carries a quant method (or a scheme)."""
     fam = _families()
     unquantized = tuple(c for c in (fam.get("unquantized_linear"), fam.get("unquantized_embedding"),
                                     fam.get("unquantized_moe")) if c is not None)
+    moe_types = fam.get("moe") or ()
     out: dict[str, dict] = {}
-    for name, module in model.named_modules():
-        quant_method = getattr(module, "quant_method", None)
-        scheme = getattr(module, "scheme", None)
-        entry: dict = {"class": type(module).__name__}
+    kernels_of: dict[tuple[int, int], dict] = {}
+    unquantized_of: dict[type, bool] = {}
+    # per module class: (is a MoE layer, has class-level quant_method/scheme/expert counts)
+    class_facts: dict[type, tuple[bool, bool]] = {}
+    seen: set[int] = set()
+    for name, module in (named if named is not None else model.named_modules()):
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        cls = type(module)
+        facts = class_facts.get(cls)
+        if facts is None:
+            facts = class_facts[cls] = (
+                bool(moe_types) and issubclass(cls, moe_types),
+                any(hasattr(cls, a) for a in ("quant_method", "scheme", "global_num_experts")))
+        is_moe, class_level = facts
+        attrs = module.__dict__
+        if class_level:
+            quant_method, scheme = _attr(module, "quant_method"), _attr(module, "scheme")
+        else:
+            quant_method, scheme = attrs.get("quant_method"), attrs.get("scheme")
+        if quant_method is None and scheme is None and not is_moe:
+            continue
+        entry: dict = {"class": cls.__name__}
         if quant_method is not None and not isinstance(quant_method, (str, int, float, bool)):
-            entry["quant_method"] = type(quant_method).__name__
-            entry["unquantized"] = bool(unquantized) and isinstance(quant_method, unquantized)
+            method_cls = type(quant_method)
+            entry["quant_method"] = method_cls.__name__
+            flag = unquantized_of.get(method_cls)
+            if flag is None:
+                flag = unquantized_of[method_cls] = bool(unquantized) and issubclass(method_cls, unquantized)
+            entry["unquantized"] = flag
         if scheme is not None and not isinstance(scheme, (str, int, float, bool)):
             entry["scheme"] = type(scheme).__name__
-        kernels = kernel_choices(quant_method, scheme) if quant_method is not None else {}
+        key = (id(quant_method), id(scheme))
+        kernels = kernels_of.get(key)
+        if kernels is None:
+            kernels = kernels_of[key] = (kernel_choices(quant_method, scheme)
+                                         if quant_method is not None else {})
         if kernels:
             entry["kernels"] = kernels
-        for attr in ("global_num_experts", "local_num_experts"):
-            value = getattr(module, attr, None)
-            if isinstance(value, int):
-                entry[attr] = value
+        if is_moe or class_level:
+            for attr in ("global_num_experts", "local_num_experts"):
+                value = _attr(module, attr)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    entry[attr] = value
         if len(entry) > 1:
             out[name] = entry
     return out
@@ -366,26 +442,43 @@ def _safe_call(obj, method):
 
 def build_record(model, vllm_config, loaded: dict | None, timings: dict) -> dict:
     """The record of one worker: engine facts plus every module with its tensors at the
-    loaded moment (when it was reached) and at runtime, and what vLLM chose for it."""
+    loaded moment (`tensors`, when it was reached) and after load (`runtime_tensors`, only
+    where they differ, or always when the loaded moment was not reached), and what vLLM
+    chose for it."""
+    with no_gc():
+        return _build_record(model, vllm_config, loaded, timings)
+
+
+def _build_record(model, vllm_config, loaded, timings) -> dict:
     started = time.perf_counter()
     facts = engine_facts(vllm_config)
     multi_rank = (facts.get("world_size") or 1) > 1
-    runtime = snapshot_tensors(model, with_fingerprints=multi_rank)
-    described = describe_modules(model)
+    named = list(model.named_modules(remove_duplicate=False))
+    described = describe_modules(model, named=named)
+    # After load, only modules with a quant method / scheme (the ones vLLM's post-load
+    # processing repacks) are walked again; the others hold what the snapshot saw.
+    runtime = snapshot_tensors(model, multi_rank=multi_rank, named=named,
+                               only=None if loaded is None else set(described))
     names = list(dict.fromkeys([*(loaded or {}).get("modules", {}), *runtime["modules"],
                                 *described]))
     modules = []
     for name in names:
         entry = {"name": name}
         entry.update(described.get(name, {}))
-        if loaded is not None:
-            entry["tensors"] = loaded["modules"].get(name, [])
-        entry["runtime_tensors"] = runtime["modules"].get(name, [])
+        after = runtime["modules"].get(name, [])
+        if loaded is None:
+            entry["runtime_tensors"] = after
+        else:
+            before = loaded["modules"].get(name, [])
+            entry["tensors"] = before
+            # runtime_tensors only where vLLM's post-load processing changed something
+            if name in described and before != after:
+                entry["runtime_tensors"] = after
         modules.append(entry)
     timings = dict(timings)
     timings["runtime_walk_s"] = time.perf_counter() - started
     record = {
-        "format": FORMAT, "version": VERSION, **facts,
+        "format": FORMAT, "version": VERSION, "tensor_fields": list(TENSOR_FIELDS), **facts,
         "phase": "loaded" if loaded is not None else "runtime",
         "aliases": {**runtime["aliases"], **((loaded or {}).get("aliases", {}))},
         "modules": modules,

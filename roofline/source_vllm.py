@@ -50,8 +50,8 @@ SUPPORTED_VERSIONS = (1,)
 _MOE_PREFIXES = ("w13_", "w2_", "w1_", "w3_")
 
 
-def load_capture(path: str) -> dict:
-    """The merged capture. Accepts the merged file, or (for a `vllm serve` still running or
+def load_capture(path: str, normalise: bool = True) -> dict:
+    """The merged capture (tensor records as dicts with full names unless normalise=False). Accepts the merged file, or (for a `vllm serve` still running or
     killed) the per-rank part files `<stem>.rank<R>.json` next to it."""
     if os.path.isfile(path):
         data = _read(path)
@@ -84,6 +84,12 @@ def load_capture(path: str) -> dict:
         have = sorted(r.get("rank") for r in ranks)
         raise RooflineError(f"{path}: incomplete capture: ranks {have} of {data.get('world_size')} "
                             "(did every vLLM worker finish loading?)")
+    if not normalise:
+        return data
+    try:
+        _normalise(data, path)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise RooflineError(f"{path}: malformed capture ({type(exc).__name__}: {exc})") from None
     return data
 
 
@@ -98,6 +104,35 @@ def _read(path: str) -> dict:
     if not isinstance(data, dict):
         raise RooflineError(f"{path}: not a roofline vLLM capture")
     return data
+
+
+_FIELDS = ("attr", "kind", "dtype", "shape", "nbytes", "shard_dim", "shared_with", "fingerprint")
+
+
+def _normalise(data: dict, where: str) -> None:
+    """Tensor records arrive as arrays (fields in the record's `tensor_fields`); turn them
+    into dicts with the full tensor name, once, in place."""
+    for record in data["ranks"]:
+        fields = record.get("tensor_fields") or _FIELDS
+        if "attr" not in fields or "nbytes" not in fields:
+            raise RooflineError(f"{where}: capture tensor records lack attr / nbytes fields")
+        for entry in record.get("modules", []):
+            prefix = f"{entry['name']}." if entry.get("name") else ""
+            for key in ("tensors", "runtime_tensors"):
+                rows = entry.get(key)
+                if rows is None:
+                    continue
+                out = []
+                for row in rows:
+                    if isinstance(row, dict):
+                        out.append(row)
+                        continue
+                    t = dict(zip(fields, row))
+                    t["name"] = prefix + str(t.pop("attr"))
+                    if t.get("shared_with") is None:
+                        t.pop("shared_with", None)
+                    out.append(t)
+                entry[key] = out
 
 
 def _dtype(name: str) -> str:
@@ -280,7 +315,9 @@ def _repacked(per_rank: list[dict]) -> str | None:
     if "tensors" not in entry:
         return None
     loaded = {t["name"]: t for t in entry["tensors"] if t.get("kind") == "parameter"}
-    runtime = {t["name"]: t for t in entry.get("runtime_tensors", []) if t.get("kind") == "parameter"}
+    if "runtime_tensors" not in entry:  # unchanged by post-load processing
+        return None
+    runtime = {t["name"]: t for t in entry["runtime_tensors"] if t.get("kind") == "parameter"}
     emptied = [n.rpartition(".")[2] for n, t in loaded.items()
                if t.get("nbytes") and n in runtime and not runtime[n].get("nbytes")
                and "shared_with" not in runtime[n]]

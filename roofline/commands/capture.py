@@ -1,0 +1,30 @@
+"""roofline capture MODEL [-- vllm engine args...]"""
+from __future__ import annotations
+
+import click
+
+
+@click.command(name="capture", context_settings={"ignore_unknown_options": True})
+@click.argument("model")
+@click.argument("vllm_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-o", "--out", "out", type=click.Path(dir_okay=False), default="capture.json",
+              show_default=True, help="Capture JSON to write.")
+@click.option("--timeout", type=float, default=1800.0, show_default=True,
+              help="Seconds to wait for vLLM to load the model.")
+@click.option("-v", "--verbose", is_flag=True, help="Stream vLLM's output.")
+def command(model, vllm_args, out, timeout, verbose):
+    """Load MODEL in vLLM (offline engine) with the roofline plugin, record what every worker
+    (each TP / PP rank) loaded: per module the quant method, scheme, chosen kernels and every
+    tensor's dtype, shape and bytes; then shut vLLM down and write one JSON.
+
+    Engine arguments after `--` go to vLLM unchanged, e.g.
+
+        roofline capture Qwen/Qwen3-8B -- --tensor-parallel-size 2 --max-model-len 4096
+
+    Then: roofline audit --from-vllm capture.json
+    """
+    from ..capture import run_capture
+
+    result = run_capture(model, list(vllm_args), out, timeout=timeout, verbose=verbose)
+    click.echo(f"wrote {result.path}: {result.world_size} rank(s), {result.modules} modules "
+               f"({result.seconds:.0f} s)")
