@@ -53,6 +53,10 @@ def _cross_check(module: Module, quant: QuantConfig, quantized_acts: bool | None
     the config decides W4A4 vs W4A16 when the tensors store both alike."""
     if module.role not in LINEAR_ROLES or module.params == 0:
         return
+    if not any(len(t.shape) >= 2 for t in module.tensors):
+        # vectors only (norms inside an MTP layer, Mamba A_log / D, Gemma layer_scalar): no
+        # linear weight here for a quantization config to speak about
+        return
     expected = quant.expected(module.name, module.role)
     fmt = module.format
     label = short_label(module.name)

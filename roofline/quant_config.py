@@ -31,6 +31,21 @@ LINEAR_ROLES = frozenset({
 
 SUPPORTED = ("compressed-tensors", "modelopt", "fp8", "mxfp4", "awq", "gptq")
 
+# Roles vLLM builds unquantized whatever the quantization config says: MoE routers are
+# GateLinear, whose quant_config defaults to None (vllm/model_executor/layers/fused_moe/router/
+# gate_linear.py), and shared-expert gates are ReplicatedLinear(quant_config=None) (qwen3_next.py,
+# qwen3_moe.py). Architectures that pass their quant_config to the router are the exception.
+# Checked against vLLM 0.32 by tests/test_vllm_oracle.py.
+VLLM_UNQUANTIZED_ROLES = frozenset({"router", "shared_expert_gate"})
+VLLM_QUANTIZED_ROUTER_ARCHITECTURES = frozenset({"Qwen3MoeForCausalLM"})  # qwen3_moe.py: GateLinear(quant_config=...)
+
+
+def vllm_unquantized_roles(config: dict) -> frozenset:
+    architectures = set(config.get("architectures") or ())
+    if architectures & VLLM_QUANTIZED_ROUTER_ARCHITECTURES:
+        return VLLM_UNQUANTIZED_ROLES - {"router"}
+    return VLLM_UNQUANTIZED_ROLES
+
 
 @dataclass(frozen=True)
 class Scheme:
@@ -53,9 +68,11 @@ class QuantConfig:
     default: Scheme | None = None  # scheme for every linear module not ignored (None: only groups)
     # roles that the producer quantizes at all (e.g. gpt-oss MXFP4: routed experts only)
     quantizable_roles: frozenset = LINEAR_ROLES
+    # roles the engine (vLLM) keeps unquantized for this architecture, whatever the config says
+    unquantized_roles: frozenset = frozenset()
 
     def expected(self, name: str, role: str) -> Scheme | None:
-        if role not in self.quantizable_roles:
+        if role not in self.quantizable_roles or role in self.unquantized_roles:
             return None
         if self.ignore is not None and self.ignore.matches(name):
             return None
@@ -254,6 +271,8 @@ def parse_quant_config(config: dict, hf_quant_config: dict | None = None) -> tup
             primary = secondary
         else:
             notes.extend(_compare(primary, secondary))
+    if primary is not None:
+        primary.unquantized_roles = vllm_unquantized_roles(config)
     return primary, notes
 
 

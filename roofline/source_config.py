@@ -195,7 +195,7 @@ def checkpoint_tensors(config: dict, *, trust_remote_code: bool = False, remote_
             raise RooflineError(f"{name}: unsupported dtype {value.dtype}")
         shape = tuple(int(d) for d in value.shape)
         tensors.append(Tensor(name, dtype, shape, dtype_nbytes(dtype, shape)))
-        if name in linear or _fused_expert(name, shape) or _expert_weight(name, shape):
+        if name in linear or _fused_expert(name, shape) or _expert_weight(name, shape) or _router_weight(name, shape):
             linear_weights.add(name)
     skeleton = Skeleton(tensors, linear_weights)
     _add_mtp(config, skeleton)
@@ -222,6 +222,16 @@ def _linear_weight_names(model, state: dict) -> set[str]:
 def _fused_expert(name: str, shape: tuple[int, ...]) -> bool:
     last = name.rpartition(".")[2]
     return len(shape) == 3 and ".experts." in f"{name}." and last in ("gate_up_proj", "down_proj", "up_proj", "gate_proj")
+
+
+def _router_weight(name: str, shape: tuple[int, ...]) -> bool:
+    """A MoE router / shared-expert gate weight: transformers 5 implements some routers as a
+    bare Parameter (Qwen3MoeTopKRouter), vLLM as a linear layer (GateLinear): whether it is
+    quantized is the quantization config's and vLLM's call (quant_config.vllm_unquantized_roles)."""
+    from .roles import role_of
+
+    return len(shape) == 2 and name.endswith(".weight") and role_of(name[: -len(".weight")]) in (
+        "router", "shared_expert_gate")
 
 
 def _expert_weight(name: str, shape: tuple[int, ...]) -> bool:
