@@ -1,0 +1,116 @@
+"""Shared pytest fixtures: real checkpoints written by real libraries, and the reference configs.
+
+The checkpoints are made by tests/fixtures/make_checkpoints.py in the fixture environment
+(.venv-fixtures, made by `scripts/setup.sh --test`), all in one subprocess the first time any
+is asked for, into `.cache/fixtures/<hash>/` where the hash covers the script and its pinned
+requirements. Later sessions reuse them. Treat them as read-only: a test that changes a
+checkpoint copies it to tmp_path first.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES_SOURCE = REPO / "tests" / "fixtures"
+MAKE_SCRIPT = FIXTURES_SOURCE / "make_checkpoints.py"
+REQUIREMENTS = FIXTURES_SOURCE / "requirements.txt"
+CACHE_ROOT = REPO / ".cache" / "fixtures"
+# another interpreter with the same libraries can stand in (e.g. while .venv-fixtures is rebuilt)
+FIXTURE_PYTHON = Path(os.environ.get("ROOFLINE_FIXTURE_PYTHON", REPO / ".venv-fixtures" / "bin" / "python"))
+REFERENCE_CONFIGS = REPO.parent / "shared" / "reference" / "configs"
+
+# the tests in this directory import these
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _fixture_names() -> list[str]:
+    # make_checkpoints.py imports only the standard library at module level, so the list of
+    # names can be read here without the fixture environment's packages.
+    spec = importlib.util.spec_from_file_location("_roofline_make_checkpoints", MAKE_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return list(module.NAMES)
+
+
+FIXTURE_NAMES = _fixture_names()
+
+
+def fixtures_key() -> str:
+    digest = hashlib.sha256()
+    for path in (MAKE_SCRIPT, REQUIREMENTS):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _complete(directory: Path) -> bool:
+    return all((directory / name / "FIXTURE.json").is_file() for name in FIXTURE_NAMES)
+
+
+def build_fixtures() -> Path:
+    """The directory holding every fixture checkpoint, made now if the cache lacks it."""
+    final = CACHE_ROOT / fixtures_key()
+    if _complete(final):
+        return final
+    if not FIXTURE_PYTHON.is_file():
+        pytest.fail(
+            f"the fixture environment is missing ({FIXTURE_PYTHON} not found): "
+            "run `scripts/setup.sh --test` to build .venv-fixtures", pytrace=False)
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    # several pytest processes may start at once: one builds, the others wait and reuse
+    with open(CACHE_ROOT / f"{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _complete(final):
+            return final
+        building = CACHE_ROOT / f"{final.name}.tmp-{os.getpid()}"
+        shutil.rmtree(building, ignore_errors=True)
+        log = CACHE_ROOT / f"{final.name}.log"
+        with open(log, "w") as log_file:
+            result = subprocess.run(
+                [str(FIXTURE_PYTHON), str(MAKE_SCRIPT), str(building)],
+                cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT,
+                env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, timeout=900)
+        if result.returncode != 0 or not _complete(building):
+            shutil.rmtree(building, ignore_errors=True)
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+            pytest.fail(f"making the fixture checkpoints failed (exit {result.returncode}); "
+                        f"full log: {log}\n{tail}", pytrace=False)
+        shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of an older layout
+        building.rename(final)
+        return final
+
+
+@pytest.fixture(scope="session")
+def checkpoints() -> dict[str, Path]:
+    """{name: checkpoint directory} for every fixture (see make_checkpoints.py SPECS)."""
+    root = build_fixtures()
+    return {name: root / name for name in FIXTURE_NAMES}
+
+
+@pytest.fixture(scope="session")
+def checkpoint(checkpoints) -> Callable[[str], Path]:
+    """checkpoint("ct_nvfp4a16") -> the directory of that fixture checkpoint."""
+    def get(name: str) -> Path:
+        if name not in checkpoints:
+            raise KeyError(f"no fixture checkpoint {name!r}; known: {', '.join(FIXTURE_NAMES)}")
+        return checkpoints[name]
+    return get
+
+
+@pytest.fixture(scope="session")
+def reference_configs() -> Path:
+    """shared/reference/configs: real config.json / hf_quant_config.json of public models."""
+    if not REFERENCE_CONFIGS.is_dir():
+        pytest.fail(f"reference configs not found at {REFERENCE_CONFIGS} "
+                    "(shared/ must sit beside the repository)", pytrace=False)
+    return REFERENCE_CONFIGS
