@@ -95,6 +95,10 @@ def _tensor_key(tensor):
 def _attr(module, name):
     """module.name without nn.Module.__getattr__'s slow miss path (an exception per miss)."""
     value = module.__dict__.get(name)
+    if value is None:
+        # a quant method that is itself an nn.Module (UnquantizedFusedMoEMethod is a
+        # CustomOp) lives in _modules, not in __dict__
+        value = module._modules.get(name)
     if value is None and hasattr(type(module), name):
         try:
             value = getattr(module, name)
@@ -149,6 +153,25 @@ def _shard_dim(module, attr, tensor, families) -> int | None | str:
             return 2
         return "unknown"
     if tp_size == 1:
+        return None
+    return _loader_rule(tensor)
+
+
+def _loader_rule(tensor) -> int | None | str:
+    """The sharding a parameter's own weight loader applies: vLLM's
+    `sharded_weight_loader(axis)` (GDN A_log / dt_bias, Mamba params) narrows the checkpoint
+    tensor along `axis` for this rank; `default_weight_loader` copies it whole."""
+    loader = tensor.__dict__.get("weight_loader") if hasattr(tensor, "__dict__") else None
+    if loader is None:
+        return "unknown"
+    qualname = getattr(loader, "__qualname__", "")
+    if qualname.startswith("sharded_weight_loader."):
+        code = getattr(loader, "__code__", None)
+        cells = getattr(loader, "__closure__", None) or ()
+        for name, cell in zip(getattr(code, "co_freevars", ()), cells):
+            if name == "shard_axis" and isinstance(cell.cell_contents, int):
+                return cell.cell_contents
+    if qualname == "default_weight_loader":
         return None
     return "unknown"
 
@@ -316,7 +339,7 @@ def describe_modules(model, named=None) -> dict[str, dict]:
                 any(hasattr(cls, a) for a in ("quant_method", "scheme", "global_num_experts")))
         is_moe, class_level = facts
         attrs = module.__dict__
-        if class_level:
+        if class_level or module._modules:
             quant_method, scheme = _attr(module, "quant_method"), _attr(module, "scheme")
         else:
             quant_method, scheme = attrs.get("quant_method"), attrs.get("scheme")

