@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -77,7 +78,16 @@ def _run_child(command: list[str], env: dict, timeout: float, verbose: bool, log
     with open(log_path, "w") as log:
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace", start_new_session=True)
-        deadline = time.monotonic() + timeout
+        # a watchdog, because a silent hang would block the read loop forever
+        expired = threading.Event()
+
+        def on_timeout():
+            expired.set()
+            _kill_group(proc)
+
+        watchdog = threading.Timer(timeout, on_timeout)
+        watchdog.daemon = True
+        watchdog.start()
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -85,15 +95,14 @@ def _run_child(command: list[str], env: dict, timeout: float, verbose: bool, log
                 log.write(line)
                 if verbose:
                     sys.stderr.write(line)
-                if time.monotonic() > deadline:
-                    raise subprocess.TimeoutExpired(command, timeout)
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            raise RooflineError(f"vLLM did not finish loading within {timeout:.0f} s" + _tail_text(tail)) from None
+            proc.wait()
         except BaseException:
             _kill_group(proc)
             raise
+        finally:
+            watchdog.cancel()
+    if expired.is_set():
+        raise RooflineError(f"vLLM did not finish loading within {timeout:.0f} s" + _tail_text(tail))
     if proc.returncode != 0:
         raise RooflineError(f"vLLM exited with status {proc.returncode}" + _tail_text(tail))
     return tail
@@ -101,15 +110,16 @@ def _run_child(command: list[str], env: dict, timeout: float, verbose: bool, log
 
 def _kill_group(proc: subprocess.Popen) -> None:
     """vLLM starts engine-core and worker processes: end the child's whole session."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 20)):
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            pass
-        proc.wait()
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _tail_text(tail) -> str:

@@ -523,6 +523,18 @@ def test_capture_cli_reports_vllm_failure(tmp_path):
     assert not (tmp_path / "c.json").exists()
 
 
+def test_capture_cli_timeout_stops_vllm(hook_checkpoints, tmp_path):
+    """--timeout ends vLLM's whole process group with a one-line error."""
+    roofline = Path(PY).parent / "roofline"
+    started = time.monotonic()
+    proc = subprocess.run([str(roofline), "capture", str(hook_checkpoints / "qwen3_dense"), "-o",
+                           str(tmp_path / "c.json"), "--timeout", "3"], capture_output=True, text=True,
+                          env=_vllm_env(), timeout=120)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: vLLM did not finish loading within 3 s")
+    assert time.monotonic() - started < 60
+    assert not (tmp_path / "c.json").exists()
+
+
 def test_audit_from_vllm_rejects_bad_capture(tmp_path):
     bad = tmp_path / "c.json"
     bad.write_text('{"format": "something-else"}')
