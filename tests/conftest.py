@@ -87,7 +87,24 @@ def build_fixtures() -> Path:
                         f"full log: {log}\n{tail}", pytrace=False)
         shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of an older layout
         building.rename(final)
-        return final
+    _prune_stale(keep=final.name)
+    return final
+
+
+def _prune_stale(keep: str) -> None:
+    """Drop fixtures made by older versions of the script, unless someone is building them."""
+    for lock_path in CACHE_ROOT.glob("*.lock"):
+        key = lock_path.name[: -len(".lock")]
+        if key == keep:
+            continue
+        with open(lock_path, "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            shutil.rmtree(CACHE_ROOT / key, ignore_errors=True)
+            (CACHE_ROOT / f"{key}.log").unlink(missing_ok=True)
+        lock_path.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")

@@ -47,7 +47,7 @@ def ignored(module: str, patterns: list[str]) -> bool:
 
 
 def test_every_fixture_is_made(checkpoints):
-    assert set(checkpoints) == BASES | set(QUANTIZED) == set(FIXTURE_NAMES)
+    assert set(checkpoints) == BASES | set(QUANTIZED) | {"modelopt_nvfp4"} == set(FIXTURE_NAMES)
     for name, directory in checkpoints.items():
         record = fixture_record(directory)
         assert record["name"] == name
@@ -218,6 +218,35 @@ def test_nvfp4_bytes_per_weight(checkpoint):
         assert tensors.bytes_under(module) == out_features * in_features * 0.5625 + 4, module
 
 
+def test_modelopt_nvfp4_layout(checkpoint):
+    """ModelOpt's own NVFP4 export: other tensor names than compressed-tensors', same bytes."""
+    directory = checkpoint("modelopt_nvfp4")
+    assert fixture_record(directory)["library"] == "modelopt"
+    hf_quant = json.loads((directory / "hf_quant_config.json").read_text())
+    assert hf_quant["producer"]["name"] == "modelopt"
+    quantization = hf_quant["quantization"]
+    assert quantization["quant_algo"] == "NVFP4" and quantization["group_size"] == 16
+    assert quantization["exclude_modules"] == ["lm_head", "model.embed_tokens"]
+    assert quantization["kv_cache_quant_algo"] is None
+    # mirrored into config.json, where vLLM reads it
+    mirrored = config(directory)["quantization_config"]
+    assert (mirrored["quant_method"], mirrored["quant_algo"]) == ("modelopt", "NVFP4")
+
+    count = count_checkpoint(directory)
+    for module, (out_features, in_features) in linear_modules(checkpoint("qwen3_dense")).items():
+        got = {n[len(module) + 1:]: (t.dtype, t.shape) for n, t in count.tensors.items()
+               if n.startswith(module + ".")}
+        if module == "lm_head":
+            assert got == {"weight": ("BF16", (out_features, in_features))}
+            continue
+        # the packed FP4 weight keeps the name "weight"; both global scales are 0-d fp32
+        assert got == {"weight": ("U8", (out_features, in_features // 2)),
+                       "weight_scale": ("F8_E4M3", (out_features, in_features // 16)),
+                       "weight_scale_2": ("F32", ()),
+                       "input_scale": ("F32", ())}, module
+        assert count.bytes_under(module) == out_features * in_features * 0.5625 + 8, module
+
+
 def test_next_keeps_gdn_and_routers_bf16(checkpoint):
     tensors = count_checkpoint(checkpoint("ct_nvfp4a16_next")).tensors
     for name, t in tensors.items():
@@ -240,7 +269,7 @@ def test_fixtures_are_deterministic(checkpoints, tmp_path):
     """Made again from scratch, a base and a quantized fixture come out byte for byte equal."""
     if not FIXTURE_PYTHON.is_file():
         pytest.fail(f"the fixture environment is missing ({FIXTURE_PYTHON})", pytrace=False)
-    names = ["qwen3_dense", "ct_nvfp4_w4a4"]
+    names = ["qwen3_dense", "ct_nvfp4_w4a4", "modelopt_nvfp4"]
     subprocess.run([str(FIXTURE_PYTHON), str(MAKE_SCRIPT), str(tmp_path), *names],
                    cwd=REPO, check=True, capture_output=True, timeout=600)
 
