@@ -3,6 +3,8 @@
 Shared by every source that sees real tensors (local files, hub headers, the vLLM capture)."""
 from __future__ import annotations
 
+import re
+
 from .architecture import ModelShape, shape_from_config
 from .detect import detect_format
 from .formats import PLAIN_FORMATS, format_label
@@ -12,6 +14,7 @@ from .quant_config import LINEAR_ROLES, QuantConfig, parse_quant_config
 from .roles import classify, layer_of, role_of
 
 PLAIN = set(PLAIN_FORMATS.values())
+_NUMBERS = re.compile(r"(\d+)")
 
 
 def _quant_family(fmt: str) -> str:
@@ -41,6 +44,8 @@ def inventory_from_tensors(model_id: str, source: str, config: dict, tensors: li
             _cross_check(module, quant, detected.quantized_activations, notes)
         modules.append(module)
     _add_tied_lm_head(modules, shape)
+    # one order whatever the shard layout: by name, layer numbers compared as numbers
+    modules.sort(key=lambda m: [int(part) if part.isdigit() else part for part in _NUMBERS.split(m.name)])
     inventory = Inventory(model_id=model_id, source=source, config=config, shape=shape, modules=modules,
                           disagreements=_collapse(notes))
     if quant is not None:

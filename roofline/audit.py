@@ -177,8 +177,8 @@ def _cuda_graph(result: AuditResult):
     """The kernels / CUDA-graph time model refines expected tok/s when it is available."""
     import importlib.util
 
-    if importlib.util.find_spec("roofline.cuda_graph") is None:
-        return None
+    if result.hardware.host == "cpu" or importlib.util.find_spec("roofline.cuda_graph") is None:
+        return None  # CUDA graphs are a GPU matter; a CPU host keeps the plain efficiency
     from .cuda_graph import estimate
 
     return estimate(result.inventory, result.traffic, result.hardware)
