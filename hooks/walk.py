@@ -77,21 +77,6 @@ def kernel_choices(*owners) -> dict[str, str]:
     return found
 
 
-def _tensor_key(tensor):
-    """Identity of the memory a tensor views: two names for one storage count once."""
-    if tensor.device.type == "meta":
-        return ("meta", id(tensor))
-    try:
-        pointer = tensor.data_ptr()
-    except Exception:  # noqa: BLE001 - exotic tensor subclasses: fall back to object identity
-        return ("id", id(tensor))
-    if pointer == 0 or tensor.numel() == 0:
-        # empty tensors (a weight the CPU repack replaced) own nothing and share no memory
-        return ("id", id(tensor))
-    # same address, shape and dtype: the same view of the same memory (a tied weight)
-    return (pointer, tuple(tensor.shape), tensor.dtype)
-
-
 def _attr(module, name):
     """module.name without nn.Module.__getattr__'s slow miss path (an exception per miss)."""
     value = module.__dict__.get(name)
@@ -284,7 +269,8 @@ def _walk_tensors(named, multi_rank, families, torch, dtype_names, seen_tensors,
         attrs = module.__dict__
         # nn.Module's own ~20 bookkeeping attributes never hold tensors: set difference (in C)
         # leaves the few a layer added itself
-        for a in sorted(attrs.keys() - base_keys):
+        extra = None
+        for a in attrs.keys() - base_keys:
             v = attrs[a]
             # isinstance(v, torch.Tensor) goes through a Python-level metaclass check: cache
             # the answer per type
@@ -292,7 +278,10 @@ def _walk_tensors(named, multi_rank, families, torch, dtype_names, seen_tensors,
             if is_tensor is None:
                 is_tensor = tensor_types[type(v)] = isinstance(v, tensor_type)
             if is_tensor:
-                held.append((a, "attribute", v))
+                extra = [] if extra is None else extra
+                extra.append((a, "attribute", v))
+        if extra:
+            held.extend(sorted(extra, key=lambda item: item[0]))  # set order is arbitrary
         if not held:
             continue
         records = []
@@ -302,14 +291,22 @@ def _walk_tensors(named, multi_rank, families, torch, dtype_names, seen_tensors,
             dtype_name = dtype_names.get(dtype)
             if dtype_name is None:
                 dtype_name = dtype_names[dtype] = str(dtype).removeprefix("torch.")
-            key = _tensor_key(tensor)
+            shape = tensor.shape  # torch.Size is a tuple: JSON writes it as an array
+            nbytes = tensor.nbytes
+            try:
+                pointer = tensor.data_ptr()
+            except Exception:  # noqa: BLE001 - tensor subclasses without storage
+                pointer = 0
+            # same address, dtype and shape: the same view of the same memory (a tied
+            # weight). Empty / meta / storage-less tensors share nothing: keyed by identity.
+            key = (pointer, dtype, shape) if pointer and nbytes else id(tensor)
             owner = seen_tensors.get(key)
             if owner is not None:  # a second name for memory already counted
-                records.append([attr, kind, dtype_name, list(tensor.shape), 0, None, owner, None])
+                records.append([attr, kind, dtype_name, shape, 0, None, owner, None])
                 continue
             seen_tensors[key] = prefix + attr
             shard = _shard_dim(module, attr, tensor, families) if multi_rank else None
-            records.append([attr, kind, dtype_name, list(tensor.shape), tensor.nbytes, shard, None,
+            records.append([attr, kind, dtype_name, shape, nbytes, shard, None,
                             _fingerprint(tensor, torch) if shard == "unknown" else None])
         modules[name] = records
 
