@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -66,21 +65,11 @@ def _need_vllm():
 
 
 @pytest.fixture(scope="session")
-def hook_checkpoints(tmp_path_factory):
-    """Real checkpoints written by transformers / llm-compressor through the project's fixture
-    script (tests/fixtures/make_checkpoints.py) in the fixture environment."""
+def hook_checkpoints(checkpoint):
+    """The directory of the real fixture checkpoints (tests/conftest.py: written by
+    transformers / llm-compressor through tests/fixtures/make_checkpoints.py)."""
     _need_vllm()
-    names = ["qwen3_dense", "qwen3_tied", "qwen3_next", "ct_fp8_dynamic"]
-    shared = os.environ.get("ROOFLINE_FIXTURES")
-    if shared and all((Path(shared) / n / "config.json").is_file() for n in names):
-        return Path(shared)
-    out = tmp_path_factory.mktemp("hook-checkpoints")
-    python = ROOT / ".venv-fixtures" / "bin" / "python"
-    if not python.exists():
-        pytest.skip("fixture environment .venv-fixtures missing (scripts/setup.sh --test)")
-    subprocess.run([str(python), str(ROOT / "tests" / "fixtures" / "make_checkpoints.py"), str(out), *names],
-                   check=True, capture_output=True, timeout=900)
-    return out
+    return checkpoint("qwen3_dense").parent
 
 
 def _run_locked(command: list[str], env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
