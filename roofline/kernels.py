@@ -191,11 +191,13 @@ _LAYER_IN_NAME = (re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)"),
 # module class -> role, for traces with python stacks (nn.Module: <Class>_<n>)
 _CLASS_ROLES = (
     (re.compile(r"QKVParallelLinear|QKVCrossParallelLinear"), "attention_qkv"),
-    (re.compile(r"(Attention|Attn)\b|FlashAttn|FlashInfer|AttentionImpl|Attention_"), "attention_core"),
+    (re.compile(r"GateLinear"), "router"),  # vLLM's MoE router linear
+    # before attention: vLLM's GDN block is `QwenGatedDeltaNetAttention`
     (re.compile(r"GatedDeltaNet|GDN|LinearAttn"), "gdn_core"),
     (re.compile(r"Mamba"), "mamba_core"),
-    (re.compile(r"FusedMoE|RoutedExperts|Experts"), "moe_experts"),
+    (re.compile(r"(Attention|Attn)\b|FlashAttn|FlashInfer|AttentionImpl|Attention_"), "attention_core"),
     (re.compile(r"SharedExpert|shared_expert"), "shared_expert"),
+    (re.compile(r"FusedMoE|RoutedExperts|Experts|MoERunner"), "moe_experts"),
     (re.compile(r"RMSNorm|LayerNorm"), "norms"),
     (re.compile(r"RotaryEmbedding|Rope"), "attention_core"),
     (re.compile(r"MLP"), "mlp"),
@@ -203,6 +205,15 @@ _CLASS_ROLES = (
     (re.compile(r"VocabParallelEmbedding|Embedding"), "embedding"),
     (re.compile(r"Sampler"), "step"),
 )
+# a plain linear module (`RowParallelLinear_3`) names no role by its class: the block around it
+# does, e.g. the row-parallel linear of an attention block is its output projection
+_PLAIN_LINEAR = re.compile(r"^(MergedColumnParallel|ColumnParallel|RowParallel|Replicated)Linear_\d+$")
+_LINEAR_IN_BLOCK = {"attention_core": ("attention_qkv", "attention_out"),
+                    "gdn_core": ("linear_attn_in", "linear_attn_out"),
+                    "mamba_core": ("mamba_in", "mamba_out")}
+# python stack frames ("vllm/.../linear.py(588): forward") and op ranges ("_C::onednn_mm") in a
+# trace name no module: their file and function names must not be read as module classes
+_NOT_A_MODULE = re.compile(r"\.py\(\d+\)|^<built-in|::")
 # last name part -> role, for range names that roles.toml (weight modules) does not cover
 _TAIL_ROLES = {"attn": "attention_core", "self_attn": "attention_core", "attention": "attention_core",
                "linear_attn": "gdn_core", "core": "gdn_core", "mlp": "mlp", "residual": "norms",
@@ -210,11 +221,13 @@ _TAIL_ROLES = {"attn": "attention_core", "self_attn": "attention_core", "attenti
 _KERNEL_CATS = {"kernel"}
 _LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 _RANGE_CATS = {"user_annotation", "python_function"}
-# CPU traces: leaf ops that do work (a zero-cost view is no kernel)
+# CPU traces: leaf ops that do work (a zero-cost view is no kernel; `to` / `_to_copy` do theirs
+# in a nested `copy_`, counted there, and are no-ops when the dtype already matches)
 _CPU_NO_WORK = re.compile(r"^aten::(view|_unsafe_view|reshape|as_strided|t|transpose|permute|expand|slice|select|"
                           r"unsqueeze|squeeze|detach|alias|split|split_with_sizes|chunk|narrow|unbind|empty|"
                           r"empty_like|empty_strided|resize_|lift_fresh|contiguous|size|stride|numel|is_nonzero|"
-                          r"_reshape_alias|item|_local_scalar_dense|result_type|broadcast_tensors)$")
+                          r"_reshape_alias|item|_local_scalar_dense|result_type|broadcast_tensors|to|_to_copy|new_empty|"
+                          r"new_empty_strided|flatten|resolve_conj|resolve_neg)$")
 
 
 def load_trace(path: str) -> dict:
@@ -245,7 +258,11 @@ def _layer_of(names: list[str], num_layers: int | None) -> int | None:
 
 
 def _role_of(names: list[str]) -> str:
+    plain_linear = None  # "in" / "out" while the innermost module is a plain linear layer
+    first_module = True
     for name in names:  # innermost first
+        if _NOT_A_MODULE.search(name):
+            continue
         module = name.split("nn.Module: ", 1)[-1]
         if " " not in module and ":" not in module:
             role, _ = classify(module)
@@ -255,9 +272,17 @@ def _role_of(names: list[str]) -> str:
             role = _TAIL_ROLES.get(tail)
             if role:
                 return role
-        for pattern, role in _CLASS_ROLES:
-            if pattern.search(module):
-                return role
+        role = next((r for pattern, r in _CLASS_ROLES if pattern.search(module)), None)
+        if role is None:
+            if first_module and _PLAIN_LINEAR.match(module):
+                plain_linear = "out" if module.startswith("RowParallel") else "in"
+            first_module = False
+            continue
+        if plain_linear and role in _LINEAR_IN_BLOCK:
+            return _LINEAR_IN_BLOCK[role][plain_linear == "out"]
+        if role == "mlp" and any("SharedExpert" in n for n in names):
+            return "shared_expert"  # vLLM wraps the shared expert's MLP in `SharedExperts`
+        return role
     return "other"
 
 
@@ -337,8 +362,10 @@ def _profiler_steps(events: list[dict]) -> int:
 
 
 def _cpu_leaf_ops(events: list[dict]) -> list[dict]:
-    """CPU ops with no CPU op nested inside them (the ones that do the work), views excluded."""
-    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    """CPU ops with no working CPU op nested inside them (the ones that do the work). Views and
+    bookkeeping ops are dropped first, so that an op whose only children are such (vLLM's
+    `_C::onednn_mm` calls `aten::item`) still counts."""
+    ops = [e for e in events if e.get("cat") == "cpu_op" and not _CPU_NO_WORK.match(e.get("name", ""))]
     by_thread: dict = defaultdict(list)
     for e in ops:
         by_thread[(e.get("pid"), e.get("tid"))].append(e)
@@ -349,6 +376,6 @@ def _cpu_leaf_ops(events: list[dict]) -> list[dict]:
             end = e["ts"] + e.get("dur", 0)
             nxt = thread_ops[i + 1] if i + 1 < len(thread_ops) else None
             has_child = nxt is not None and nxt["ts"] < end and nxt["ts"] + nxt.get("dur", 0) <= end
-            if not has_child and not _CPU_NO_WORK.match(e.get("name", "")):
+            if not has_child:
                 leaves.append(e)
     return leaves
