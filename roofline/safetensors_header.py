@@ -31,7 +31,8 @@ def header_length(prefix: bytes, where: str) -> int:
     return length
 
 
-def _loads(raw: bytes):
+def loads_json(raw: bytes):
+    """JSON of untrusted bytes; any decoding problem is a ValueError."""
     try:
         return _fast_loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -51,7 +52,7 @@ def parse_header(raw: bytes, where: str, data_size: int | None = None) -> list[T
     The loop is the hot path of a large audit (100k tensors), so it checks cheaply and hands
     anything odd to _explain, which names the exact problem."""
     try:
-        header = _loads(raw)
+        header = loads_json(raw)
     except ValueError as exc:
         raise RooflineError(f"{where}: invalid safetensors header JSON ({exc})") from None
     if not isinstance(header, dict):

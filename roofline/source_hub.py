@@ -15,7 +15,7 @@ from .assemble import inventory_from_tensors
 from .errors import RooflineError
 from .inventory import Inventory, Tensor
 from .safetensors_header import header_length, parse_header
-from .source_local import INDEX, load_local, merge_shards, read_json, shard_names
+from .source_local import INDEX, gc_paused, load_local, merge_shards, read_json, shard_names
 
 # First request per shard: the 8-byte length and, speculatively, a header of up to this size.
 SPECULATIVE_BYTES = 64 * 1024
@@ -141,19 +141,20 @@ def load_hub(repo_id: str, revision: str | None = None, progress: bool | None = 
     files = shard_names(index, f"{repo_id}/{INDEX}") if index else ["model.safetensors"]
     headers = build_hf_headers()
     show = progress if progress is not None else (len(files) > 1 and sys.stderr.isatty())
-    results = []
-    with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
-        futures = [pool.submit(_fetch_header, hf_hub_url(repo_id, name, revision=commit), headers, name, repo_id)
-                   for name in files]
-        iterator = futures
-        if show:
-            from tqdm.auto import tqdm
-            iterator = tqdm(futures, desc="safetensors headers", unit="shard", file=sys.stderr)
-        for future in iterator:
-            results.append(future.result())
-    per_shard = [(name, tensors) for name, (tensors, _, _) in zip(files, results)]
-    tensors = merge_shards(per_shard, index)
-    inventory = inventory_from_tensors(repo_id, "hub", config, tensors, hf_quant)
+    with gc_paused():
+        results = []
+        with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
+            futures = [pool.submit(_fetch_header, hf_hub_url(repo_id, name, revision=commit), headers, name, repo_id)
+                       for name in files]
+            iterator = futures
+            if show:
+                from tqdm.auto import tqdm
+                iterator = tqdm(futures, desc="safetensors headers", unit="shard", file=sys.stderr)
+            for future in iterator:
+                results.append(future.result())
+        per_shard = [(name, tensors) for name, (tensors, _, _) in zip(files, results)]
+        tensors = merge_shards(per_shard, index)
+        inventory = inventory_from_tensors(repo_id, "hub", config, tensors, hf_quant)
     inventory.bytes_read = sum(r[1] for r in results) + sum(
         os.path.getsize(p) for p in (config_path, hf_quant_path, index_path) if p)
     inventory.checkpoint_bytes = sum(r[2] for r in results)
