@@ -233,13 +233,7 @@ def residual_section(data: ReportData) -> str:
         return f'<p class="muted">Unquantized residuals: {esc(kind)}.</p>'
     columns = [("module", "text"), ("role", "text"), ("n", "num"), ("format", "text"), ("quant method", "text"),
                ("resident", "num"), ("per token", "num"), ("share of bytes/token", "num")]
-    rows = [[(g.get("label", ""), g.get("label", "")), (g.get("role", ""), g.get("role", "")),
-             (str(g.get("count", "")), g.get("count")), (g.get("format_label") or g.get("format", ""), g.get("format")),
-             (g.get("quant_method", ""), g.get("quant_method")),
-             (human_bytes(g.get("bytes") or 0), g.get("bytes")),
-             (human_bytes(g.get("bytes_per_token") or 0), g.get("bytes_per_token")),
-             (f"{100 * float(g.get('bytes_per_token') or 0) / total:.1f}%", g.get("bytes_per_token"))]
-            for g in residuals]
+    rows = _group_rows(residuals, total)
     residual = data.residual_bytes_per_token
     return (f'<p>These modules stayed unquantized in a quantized model: <strong>{esc(human_bytes(residual))}'
             f'</strong> of every token’s <strong>{esc(human_bytes(total))}</strong> '
@@ -247,18 +241,23 @@ def residual_section(data: ReportData) -> str:
             + sortable_table("residual-table", columns, rows, ["residual"] * len(rows)))
 
 
-def groups_section(data: ReportData) -> str:
-    groups = data.audit.get("groups") or []
-    total = float(data.audit.get("bytes_per_token") or 0) or 1.0
-    columns = [("module", "text"), ("role", "text"), ("n", "num"), ("format", "text"), ("quant method", "text"),
-               ("resident", "num"), ("per token", "num"), ("share", "num")]
-    rows = [[(g.get("label", ""), g.get("label", "")), (g.get("role", ""), g.get("role", "")),
+def _group_rows(groups: list[dict], total: float) -> list[list[tuple]]:
+    """Table cells (shown text, sort value) of audit groups: the residual and module tables."""
+    return [[(g.get("label", ""), g.get("label", "")), (g.get("role", ""), g.get("role", "")),
              (str(g.get("count", "")), g.get("count")), (g.get("format_label") or g.get("format", ""), g.get("format")),
              (g.get("quant_method", ""), g.get("quant_method")),
              (human_bytes(g.get("bytes") or 0), g.get("bytes")),
              (human_bytes(g.get("bytes_per_token") or 0), g.get("bytes_per_token")),
              (f"{100 * float(g.get('bytes_per_token') or 0) / total:.1f}%", g.get("bytes_per_token"))]
             for g in groups]
+
+
+def groups_section(data: ReportData) -> str:
+    groups = data.audit.get("groups") or []
+    total = float(data.audit.get("bytes_per_token") or 0) or 1.0
+    columns = [("module", "text"), ("role", "text"), ("n", "num"), ("format", "text"), ("quant method", "text"),
+               ("resident", "num"), ("per token", "num"), ("share", "num")]
+    rows = _group_rows(groups, total)
     classes = ["residual" if g.get("residual") else "" for g in groups]
     return (f'<details><summary>All {len(groups)} kinds of module</summary>'
             + sortable_table("group-table", columns, rows, classes) + "</details>")
