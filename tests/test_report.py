@@ -58,6 +58,8 @@ def test_cdn_page_loads_plotly_from_its_cdn(next_audit):
 
 
 def test_sections_follow_the_data(next_audit):
+    # a real audit carries the CUDA-graph estimate; without it, its section must go too
+    next_audit = {k: v for k, v in next_audit.items() if k != "cuda_graph"}
     page = render_report(next_audit)
     for absent in ('id="plan"', 'id="validation"', 'id="cuda-graph"', "Top recommendation", "Measured"):
         assert absent not in page
