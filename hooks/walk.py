@@ -234,7 +234,6 @@ def snapshot_tensors(model, multi_rank: bool, named=None, only=None) -> dict:
     common path, dtype names cached. `only`: record just these module names."""
     import torch
 
-    tensor_type = torch.Tensor
     fam = _families() if multi_rank else {}
     families = (fam.get("column"), fam.get("row"), fam.get("replicated"), fam.get("vocab"),
                 fam.get("moe"))

@@ -147,7 +147,7 @@ def _build_meta_model(config: dict, trust_remote_code: bool, remote_code_source:
                 delattr(config_obj, "quantization_config")
         else:
             config_obj = AutoConfig.for_model(**clean)
-    except (KeyError, ValueError) as exc:
+    except (KeyError, ValueError):
         remote = " It ships its own code (auto_map): pass --trust-remote-code to run it." if config.get("auto_map") else ""
         raise RooflineError(f"architecture {arch} (model_type {model_type!r}) is not in the installed transformers "
                             f"{transformers.__version__}.{remote}") from None

@@ -1,6 +1,5 @@
 """Real audits for the report tests: tiny checkpoints written by real libraries, audited by the
-real audit path. Uses the suite's `checkpoint(name)` fixture (tests/conftest.py) when it is there;
-without it, builds the unquantized ones with transformers in a temporary folder."""
+real audit path, through the suite's `checkpoint(name)` fixture (tests/conftest.py)."""
 from __future__ import annotations
 
 import json
@@ -8,47 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 # the audit JSON of each checkpoint, computed once per test session
 _AUDITS: dict[str, dict] = {}
 
-TINY = dict(vocab_size=1024, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=1024)
-TINY_NEXT = dict(TINY, full_attention_interval=4, linear_conv_kernel_dim=4, linear_key_head_dim=32,
-                 linear_value_head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
-                 moe_intermediate_size=64, shared_expert_intermediate_size=64, num_experts=8,
-                 num_experts_per_tok=2, decoder_sparse_step=1)
-
-
-def transformers_checkpoint(name: str, root: Path) -> Path:
-    """A tiny random model saved by transformers' save_pretrained (unquantized ones only)."""
-    out = root / name
-    if (out / "config.json").is_file():
-        return out
-    import torch
-    import transformers
-
-    if name == "qwen3_dense":
-        config = transformers.Qwen3Config(**TINY)
-        model_class = transformers.Qwen3ForCausalLM
-    elif name == "qwen3_next":
-        config = transformers.Qwen3NextConfig(**TINY_NEXT)
-        model_class = transformers.Qwen3NextForCausalLM
-    else:
-        pytest.skip(f"{name} needs the fixture checkpoints of tests/conftest.py")
-    torch.manual_seed(0)
-    model = model_class(config).to(torch.bfloat16)
-    model.save_pretrained(out)
-    return out
-
-
 def checkpoint_factory(request, tmp_path_factory):
-    try:
-        return request.getfixturevalue("checkpoint")
-    except pytest.FixtureLookupError:
-        root = tmp_path_factory.mktemp("report-checkpoints")
-        return lambda name: transformers_checkpoint(name, root)
+    """The suite's checkpoint(name) fixture (tests/conftest.py: real tiny checkpoints)."""
+    return request.getfixturevalue("checkpoint")
 
 
 def audit_json(path: Path) -> dict:

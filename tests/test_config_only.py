@@ -124,30 +124,14 @@ def test_config_only_flag_on_cli(capsys):
     assert payload["weight_bytes"] > 16e9
 
 
-def _fixture_checkpoint(name):
-    conftest = Path(__file__).parent / "conftest.py"
-    if not conftest.exists():
-        pytest.skip("tests/conftest.py (checkpoint fixtures) not present")
-    import importlib
-
-    module = importlib.import_module("conftest")
-    getter = getattr(module, "checkpoint", None)
-    if getter is None:
-        pytest.skip("conftest has no checkpoint()")
-    try:
-        return getter(name)
-    except Exception as exc:  # noqa: BLE001 - fixtures not built here
-        pytest.skip(f"fixture {name} unavailable: {exc}")
-
-
 @pytest.mark.parametrize("fixture", ["qwen3_dense", "ct_fp8_dynamic", "ct_nvfp4a16"])
-def test_config_only_matches_header_audit(fixture):
+def test_config_only_matches_header_audit(fixture, checkpoint):
     """The tiny real checkpoints: per module, config-only and header audits agree on format and
     bytes, up to scale rounding (scale dtypes a producer picks)."""
     from roofline.source_config import load_config_only
     from roofline.source_local import load_local
 
-    directory = str(_fixture_checkpoint(fixture))
+    directory = str(checkpoint(fixture))
     header = load_local(directory).by_name()
     config = load_config_only(directory).by_name()
     assert set(header) == set(config), set(header) ^ set(config)
