@@ -12,9 +12,15 @@ PYTHON=${PYTHON:-python3}
 want_test=0
 [ "${1:-}" = "--test" ] && want_test=1
 
-quiet_pip() {  # pip, minus the noise of this machine's missing extra indexes
-  "$@" 2>&1 | { grep -v -e "^WARNING: Location 'file:" -e "^\[notice\]" || true; }
-  return "${PIPESTATUS[0]}"
+quiet_pip() {  # pip, silent unless it fails (then its whole output, for the reason)
+  local log
+  log=$(mktemp)
+  if ! "$@" >"$log" 2>&1; then
+    grep -v -e "^WARNING: Location 'file:" "$log" >&2
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
 }
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 
