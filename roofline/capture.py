@@ -109,17 +109,39 @@ def _run_child(command: list[str], env: dict, timeout: float, verbose: bool, log
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """vLLM starts engine-core and worker processes: end the child's whole session."""
-    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 20)):
+    stop_process_group(proc, term_wait=20, kill_wait=20)
+
+
+def stop_process_group(proc: subprocess.Popen, term_wait: float, kill_wait: float) -> None:
+    """End a child started with start_new_session=True and everything in its session.
+
+    vLLM starts engine-core and worker processes; the leader may exit while they are still
+    shutting down, so wait until the whole group is gone (SIGTERM, then SIGKILL), not just the
+    leader: a straggler keeps memory, ports and inherited locks."""
+    for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, kill_wait)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(proc.pid):
+                return
+            time.sleep(0.2)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _tail_text(tail) -> str:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -35,6 +34,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+from roofline.capture import stop_process_group
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = "/tmp/roofline-vllm.lock"
@@ -448,16 +449,9 @@ def _free_port() -> int:
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+    # the whole session (flock, API server, engine core, worker), not just its leader: a
+    # straggler would keep the vLLM lock that flock handed down to it
+    stop_process_group(proc, term_wait=60, kill_wait=30)
 
 
 def test_vllm_serve_tied_lm_head_counted_once(hook_checkpoints, tmp_path):
