@@ -77,6 +77,15 @@ def add_to_report(path, plan=None, validation=None, cdn: bool | None = None) -> 
     return _write(path, render_report(data["audit"], data.get("plan"), data.get("validation"), cdn=use_cdn))
 
 
+def update_report(path, audit, *, plan=None, validation=None, cdn: bool = False) -> int:
+    """What `plan --html` and `validate --html` do: add their section to the report already at
+    path (an earlier `audit --html`), or write a new report of `audit` with it."""
+    if os.path.isfile(path):
+        read_report_data(path)  # a file that is not a roofline report is an error, not overwritten
+        return add_to_report(path, plan=plan, validation=validation)
+    return write_audit_report(audit, path, cdn=cdn, plan=plan, validation=validation)
+
+
 def _write(path, page: str) -> int:
     """Write atomically: a reader never sees half a report."""
     path = os.fspath(path)

@@ -10,7 +10,7 @@ import math
 from roofline.render import human_bytes
 
 from .hierarchy import treemap_nodes
-from .view import ReportData, first_number, is_plain, layer_buckets, row_label, series_key
+from .view import EXPECTED_KEYS, ReportData, first_number, is_plain, layer_buckets, row_label, series_key
 
 WARNING = "#d9480f"  # BF16 residuals: the bytes a quantized model still reads at 2 bytes/weight
 PLAIN = "#adb5bd"  # unquantized, and expected to be (norms, embeddings of a plain model)
@@ -164,7 +164,7 @@ def roofline_chart(data: ReportData, catalogue: dict | None = None):
     plan_x, plan_y, plan_labels = [], [], []
     for n, row in enumerate(data.plan_rows):
         x = first_number(row, "bytes_per_token")
-        y = first_number(row, "expected_tok_s", "ceiling_tok_s")
+        y = first_number(row, *EXPECTED_KEYS, "ceiling_tok_s")
         if x and y:
             plan_x.append(x), plan_y.append(y), plan_labels.append(row_label(row, f"plan row {n + 1}"))
     if plan_x:
@@ -237,7 +237,7 @@ def plan_chart(data: ReportData):
     for n, row in enumerate(data.plan_rows):
         labels.append(text(row_label(row, f"row {n + 1}")))
         ceilings.append(first_number(row, "ceiling_tok_s"))
-        expected.append(first_number(row, "expected_tok_s"))
+        expected.append(first_number(row, *EXPECTED_KEYS))
     fig = go.Figure()
     fig.add_bar(y=labels, x=ceilings, orientation="h", name="ceiling", marker_color="#ced4da",
                 hovertemplate="%{y}: ceiling %{x:,.1f} tok/s<extra></extra>")

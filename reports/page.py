@@ -16,7 +16,7 @@ from roofline.formats import format_label
 from roofline.render import human_bytes
 
 from . import charts
-from .view import MEASURED_KEYS, PREDICTED_KEYS, ReportData, first_number, first_text, row_label
+from .view import EXPECTED_KEYS, MEASURED_KEYS, PREDICTED_KEYS, ReportData, first_number, first_text, row_label
 
 DATA_ELEMENT_ID = "roofline-data"
 
@@ -117,7 +117,8 @@ def _cell(key: str, value) -> tuple[str, object]:
 
 
 # the columns a reader compares first; every other column follows in the rows' own order
-LEADING_COLUMNS = ("label", "format", "recipe", "measured_tok_s", "predicted_tok_s", "expected_tok_s",
+LEADING_COLUMNS = ("label", "format", "recipe", "backend", "measured_tok_s", "predicted_tok_s", "expected_tok_s",
+                   "single_stream_tok_s", "aggregate_tok_s",
                    "ceiling_tok_s", "ratio_to_expected", "ratio_to_ceiling", "verdict", "bytes_per_token")
 
 
@@ -188,7 +189,7 @@ def _recommendation(value) -> tuple[str, str]:
         return str(value), ""
     title = row_label(value, "recommended")
     details = []
-    expected = first_number(value, "expected_tok_s")
+    expected = first_number(value, *EXPECTED_KEYS)
     if expected is not None:
         details.append(f"{charts.format_tok_s(expected)} tok/s expected")
     for key in ("backend", "kernel", "flags", "reason", "why"):

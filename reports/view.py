@@ -99,7 +99,8 @@ def is_plain(fmt: str) -> bool:
     return fmt in PLAIN_FORMATS.values()
 
 
-_ROW_LISTS = ("rows", "ranked", "candidates", "formats", "plans", "results", "records")
+# "recommendations": `roofline plan --json` (ranked, best first)
+_ROW_LISTS = ("recommendations", "rows", "ranked", "candidates", "formats", "plans", "results", "records")
 
 
 def _rows_of(value, what: str) -> tuple[list[dict], dict]:
@@ -132,7 +133,7 @@ def report_data(audit: dict, plan=None, validation=None) -> ReportData:
         raise RooflineError("report: the audit JSON has no bytes_per_token (is it `roofline audit --json` output?)")
     plan_rows, plan_doc = _rows_of(plan, "plan")
     recommendation = None
-    for key in ("recommendation", "recommended", "top"):
+    for key in ("top_pick", "recommendation", "recommended", "top"):
         if plan_doc.get(key):
             recommendation = plan_doc[key]
             break
@@ -161,6 +162,8 @@ def first_text(row: dict, *keys: str) -> str:
 
 MEASURED_KEYS = ("measured_tok_s", "measured", "tok_s", "decode_tok_s")
 PREDICTED_KEYS = ("predicted_tok_s", "expected_tok_s", "predicted")
+# a plan row's expected tok/s: `roofline plan` calls it single_stream_tok_s
+EXPECTED_KEYS = ("expected_tok_s", "single_stream_tok_s")
 ROW_LABEL_KEYS = ("label", "name", "format", "recipe", "model", "run")
 
 

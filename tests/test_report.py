@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from report_inputs import audit_json, checkpoint_factory, plan_from, validation_from
+from report_inputs import audit_json, checkpoint_factory, plan_json, validation_from
 
 from roofline.errors import RooflineError
 from roofline.reports import add_to_report, read_report_data, render_report, write_audit_report
@@ -26,6 +26,11 @@ def checkpoint_of(request, tmp_path_factory):
 @pytest.fixture
 def next_audit(checkpoint_of):
     return audit_json(checkpoint_of("qwen3_next"))
+
+
+@pytest.fixture
+def next_plan(checkpoint_of):
+    return plan_json(checkpoint_of("qwen3_next"))
 
 
 @pytest.fixture
@@ -57,21 +62,25 @@ def test_cdn_page_loads_plotly_from_its_cdn(next_audit):
     assert len(page) < len(render_report(next_audit)) / 10
 
 
-def test_sections_follow_the_data(next_audit):
+def test_sections_follow_the_data(next_audit, next_plan):
     # a real audit carries the CUDA-graph estimate; without it, its section must go too
     next_audit = {k: v for k, v in next_audit.items() if k != "cuda_graph"}
     page = render_report(next_audit)
     for absent in ('id="plan"', 'id="validation"', 'id="cuda-graph"', "Top recommendation", "Measured"):
         assert absent not in page
-    plan, validation = plan_from(next_audit), validation_from(next_audit)
-    page = render_report(next_audit, plan, validation)
+    validation = validation_from(next_audit)
+    page = render_report(next_audit, next_plan, validation)
     assert chart_ids(page) == ["chart-layers", "chart-hierarchy", "chart-roofline", "chart-plan"]
     assert 'id="plan-table"' in page and 'id="validation-table"' in page
-    assert "Top recommendation" in page and "NVFP4 W4A16 · experts + attention" in page
-    # every column of the plan rows is shown, whatever the columns are, the compared ones first
+    top = next_plan["top_pick"]
+    assert "Top recommendation" in page and f"{top['format_label']} · {top['recipe']}" in page
+    # every column of the ranked plan rows is shown, the compared ones first
     header = re.search(r'<table class="sortable" id="plan-table"><thead>(.*?)</thead>', page).group(1)
-    assert [h for h in re.findall(r"<button[^>]*>([^<]+)</button>", header)] == \
-        ["format", "recipe", "expected tok s", "ceiling tok s", "bytes per token"]
+    shown = re.findall(r"<button[^>]*>([^<]+)</button>", header)
+    assert shown[:6] == ["format", "recipe", "backend", "single stream tok s", "aggregate tok s", "ceiling tok s"]
+    assert len(shown) == len({k for row in next_plan["recommendations"] for k in row})
+    body = re.search(r'<table class="sortable" id="plan-table">.*?<tbody>(.*?)</tbody>', page, re.S).group(1)
+    assert body.count("<tr") == len(next_plan["recommendations"])
 
 
 def test_cuda_graph_section_when_the_audit_has_one(next_audit):
@@ -81,13 +90,13 @@ def test_cuda_graph_section_when_the_audit_has_one(next_audit):
     assert 'id="cuda-graph"' in page and "×2.50" in page and "keep CUDA graphs on" in page
 
 
-def test_model_derived_strings_are_escaped(next_audit):
+def test_model_derived_strings_are_escaped(next_audit, next_plan):
     next_audit["model"] = 'org/"quoted" ' + PWNED
     next_audit["modules"][0]["name"] = "model.layers.0." + PWNED
     next_audit["groups"][0]["label"] = "<img src=x onerror=window.__pwned=2>"
     next_audit["notes"].append("</script>" + PWNED)
-    plan = plan_from(next_audit)
-    plan["rows"][0]["recipe"] = PWNED
+    plan = next_plan
+    plan["recommendations"][0]["recipe"] = PWNED
     page = render_report(next_audit, plan, [{"label": PWNED, "measured_tok_s": 1.0}])
     assert "__pwned" in page
     # every occurrence sits in escaped HTML text or in \\u-escaped JSON
@@ -99,16 +108,16 @@ def test_model_derived_strings_are_escaped(next_audit):
     assert page.count("</script>") == len(chart_ids(page)) + 4
 
 
-def test_embedded_data_round_trips_and_plan_validate_add_sections(next_audit, tmp_path):
+def test_embedded_data_round_trips_and_plan_validate_add_sections(next_audit, next_plan, tmp_path):
     path = tmp_path / "report.html"
     size = write_audit_report(next_audit, path)
     assert size == path.stat().st_size
     assert read_report_data(path)["audit"] == next_audit
-    add_to_report(path, plan=plan_from(next_audit))
+    add_to_report(path, plan=next_plan)
     add_to_report(path, validation=validation_from(next_audit, 0.7))
     add_to_report(path, validation=validation_from(next_audit, 0.6))
     data = read_report_data(path)
-    assert data["plan"] == plan_from(next_audit)
+    assert data["plan"] == next_plan
     assert [round(r["measured_tok_s"]) for r in data["validation"]] == \
         [round(next_audit["ceiling_tok_s"] * s) for s in (0.7, 0.6)]
     page = path.read_text()
@@ -152,7 +161,35 @@ def test_cli_audit_html(checkpoint_of, tmp_path):
     print(f"\nreport size, plotly inlined: {out.stat().st_size / 1e6:.2f} MB")
 
 
-def test_bad_input_is_one_clear_error(next_audit, tmp_path):
+def test_cli_plan_and_validate_add_their_sections(checkpoint_of, tmp_path):
+    """audit --html, then plan --html and validate --html on the same file: one report, three
+    sections; a file that is not a report is refused, not overwritten."""
+    path = checkpoint_of("ct_nvfp4a16_next")
+    out = tmp_path / "report.html"
+
+    def cli(*args):
+        proc = subprocess.run([sys.executable, "-m", "roofline.cli", *args], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    cli("audit", str(path), "--html", str(out))
+    cli("plan", str(path), "--html", str(out))
+    cli("validate", str(path), "--measured", "1000", "--no-record", "--html", str(out))
+    data = read_report_data(out)
+    assert data["plan"]["schema"].startswith("roofline.plan") and data["plan"]["recommendations"]
+    assert [row["measured_tok_s"] for row in data["validation"]] == [1000]
+    page = out.read_text()
+    assert 'id="plan"' in page and 'id="validation"' in page and "Top recommendation" in page
+    other = tmp_path / "notes.html"
+    other.write_text("<html>mine</html>")
+    proc = subprocess.run([sys.executable, "-m", "roofline.cli", "plan", str(path), "--html", str(other)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "not a roofline HTML report" in proc.stderr
+    assert other.read_text() == "<html>mine</html>"
+
+
+def test_bad_input_is_one_clear_error(next_audit, next_plan, tmp_path):
     with pytest.raises(RooflineError, match="bytes_per_token"):
         render_report({"model": "x"})
     with pytest.raises(RooflineError, match="does not exist"):
@@ -161,4 +198,4 @@ def test_bad_input_is_one_clear_error(next_audit, tmp_path):
         render_report(next_audit, plan_json=[1, 2])
     (tmp_path / "plain.html").write_text("<html></html>")
     with pytest.raises(RooflineError, match="not a roofline HTML report"):
-        add_to_report(tmp_path / "plain.html", plan=plan_from(next_audit))
+        add_to_report(tmp_path / "plain.html", plan=next_plan)

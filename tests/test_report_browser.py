@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from report_inputs import audit_json, checkpoint_factory, plan_from, validation_from
+from report_inputs import audit_json, checkpoint_factory, plan_json, validation_from
 
 from roofline.reports import write_audit_report
 
@@ -31,13 +31,19 @@ def browser():
 
 
 @pytest.fixture
-def audit(request, tmp_path_factory):
-    """The hybrid NVFP4 fixture (BF16 residuals to show); its unquantized base without the suite's fixtures."""
-    checkpoint = checkpoint_factory(request, tmp_path_factory)
-    try:
-        return audit_json(checkpoint("ct_nvfp4a16_next"))
-    except pytest.skip.Exception:
-        return audit_json(checkpoint("qwen3_next"))
+def model_path(request, tmp_path_factory):
+    """The hybrid NVFP4 fixture: BF16 residuals to show."""
+    return checkpoint_factory(request, tmp_path_factory)("ct_nvfp4a16_next")
+
+
+@pytest.fixture
+def audit(model_path):
+    return audit_json(model_path)
+
+
+@pytest.fixture
+def plan(model_path):
+    return plan_json(model_path)
 
 
 def open_page(browser, path: Path):
@@ -64,14 +70,14 @@ def rendered(page, chart_id: str) -> dict:
     }""", chart_id)
 
 
-def test_full_report_renders_in_chromium(browser, audit, tmp_path):
+def test_full_report_renders_in_chromium(browser, audit, plan, tmp_path):
     audit["model"] = 'org/"evil" ' + PWNED
     audit["modules"][0]["name"] = "model.layers.0." + PWNED
     audit["notes"].append("</script>" + PWNED)
     audit["cuda_graph"] = {"graph_tok_s": audit["expected_tok_s"], "eager_tok_s": audit["expected_tok_s"] / 2,
                            "benefit": 2.0, "advice": "keep CUDA graphs on"}
     path = tmp_path / "report.html"
-    size = write_audit_report(audit, path, plan=plan_from(audit), validation=validation_from(audit))
+    size = write_audit_report(audit, path, plan=plan, validation=validation_from(audit))
     print(f"\nreport size (plotly inlined): {size / 1e6:.2f} MB")
     page, problems = open_page(browser, path)
     for chart in CHARTS:
@@ -98,12 +104,11 @@ def test_full_report_renders_in_chromium(browser, audit, tmp_path):
     page.close()
 
 
-def test_tables_sort_by_clicking_a_header(browser, audit, tmp_path):
+def test_tables_sort_by_clicking_a_header(browser, audit, plan, tmp_path):
     path = tmp_path / "report.html"
-    write_audit_report(audit, path, plan=plan_from(audit))
+    write_audit_report(audit, path, plan=plan)
     page, problems = open_page(browser, path)
-    table = "#plan-table" if not audit.get("residuals") else "#residual-table"
-    column = 2 if table == "#plan-table" else 6  # expected tok/s | bytes per token
+    table, column = "#residual-table", 6  # bytes per token
 
     def values():
         return page.evaluate(f"""() => Array.from(document.querySelectorAll('{table} tbody tr'))

@@ -40,8 +40,10 @@ def _split(value: str, what: str) -> list[str]:
 @click.option("--link", default=None, help="Interconnect for --tp (rules.toml [link.*]; default per hardware).")
 @click.option("--top", default=12, show_default=True, help="Rows of the ranked table.")
 @click.option("--json", "as_json", is_flag=True, help="Print the simulation and the ranked rows as JSON.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Add the format comparison to this HTML report (written by `audit --html`), or write one.")
 def command(model, revision, config_only, trust_remote_code, formats, recipes, hardware_name, bandwidth, concurrency,
-            context, kv_cache_dtype, memory_budget, tp, link, top, as_json):
+            context, kv_cache_dtype, memory_budget, tp, link, top, as_json, html_path):
     """Simulate quantization formats on MODEL (a checkpoint folder, a hub id, or a folder with
     only config.json) and recommend format, recipe, vLLM backend and flags for a device and a
     workload."""
@@ -55,11 +57,21 @@ def command(model, revision, config_only, trust_remote_code, formats, recipes, h
     plan = build_plan(inventory, hardware, formats=_split(formats, "formats"), recipes=_split(recipes, "recipe"),
                       concurrency=concurrency, context=context, kv_cache_dtype=kv_cache_dtype,
                       memory_budget_gb=memory_budget, tp=tp, link=link)
+    payload = plan.to_json() if (as_json or html_path) else None
+    if html_path:
+        from ..audit import run_audit
+        from ..reports import update_report
+        from ..traffic import Scenario
+
+        audit = run_audit(inventory, Scenario(context=context, kv_cache_dtype=kv_cache_dtype), hardware)
+        update_report(html_path, audit, plan=payload)
     if as_json:
-        json.dump(plan.to_json(), sys.stdout, indent=1)
+        json.dump(payload, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         click.echo(render_plan(plan, top=top))
+        if html_path:
+            click.echo(f"report: {html_path}")
 
 
 def render_plan(plan, top: int = 12) -> str:

@@ -113,13 +113,14 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
     if not no_record:
         recorded = append_record(record_path or DEFAULT_RECORD, row)
     if html_path:
-        from ..reports import render_report
+        from ..reports import update_report
 
-        rows = read_records(recorded) if recorded else [row]
-        rows = [r for r in rows if r.get("model") == result.model] or [row]
-        html = render_report(audit, validation_rows=rows)
-        with open(html_path, "w", encoding="utf-8") as fh:
-            fh.write(html)
+        if os.path.isfile(html_path):
+            rows = [row]  # the report already holds the earlier rows
+        else:
+            rows = read_records(recorded) if recorded else [row]
+            rows = [r for r in rows if r.get("model") == result.model] or [row]
+        update_report(html_path, audit, validation=rows)
     if as_json:
         payload = result.to_json() | {"record": row, "recorded_in": recorded}
         if bench is not None:
