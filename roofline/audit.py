@@ -78,7 +78,7 @@ class AuditResult:
 
     @property
     def quantized(self) -> bool:
-        return any(m.format not in PLAIN_FORMATS.values() and m.params for m in self.inventory.modules)
+        return is_quantized(self.inventory)
 
     @property
     def residuals(self) -> list[Group]:
@@ -144,6 +144,11 @@ class AuditResult:
         return out
 
 
+def is_quantized(inventory: Inventory) -> bool:
+    """Any weight stored below 16 bits: only then does an unquantized linear count as a residual."""
+    return any(m.format not in PLAIN_FORMATS.values() and m.params for m in inventory.modules)
+
+
 def group_modules(traffic: Traffic, quantized: bool) -> list[Group]:
     """role x format x quant method, per kind of module ("linear_attn.in_proj_qkvz")."""
     total = traffic.bytes_per_token or 1.0
@@ -166,8 +171,8 @@ def group_modules(traffic: Traffic, quantized: bool) -> list[Group]:
 def run_audit(inventory: Inventory, scenario: Scenario, hardware: Hardware, *, with_cuda_graph: bool = True) -> AuditResult:
     traffic = compute_traffic(inventory, scenario)
     ceiling = compute_ceiling(traffic, hardware)
-    quantized = any(m.format not in PLAIN_FORMATS.values() and m.params for m in inventory.modules)
-    result = AuditResult(inventory, scenario, hardware, traffic, ceiling, group_modules(traffic, quantized))
+    result = AuditResult(inventory, scenario, hardware, traffic, ceiling,
+                         group_modules(traffic, is_quantized(inventory)))
     if with_cuda_graph:
         result.cuda_graph = _cuda_graph(result)
     return result

@@ -12,7 +12,7 @@ def human_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def _table(rows: list[list[str]], right: set[int]) -> list[str]:
+def text_table(rows: list[list[str]], right: set[int]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for n, row in enumerate(rows):
@@ -52,7 +52,7 @@ def render_audit(result: AuditResult, max_rows: int = 25) -> str:
         rows.append([g.label, g.role, str(g.count), format_label(g.format), g.quant_method,
                      human_bytes(g.bytes), human_bytes(g.bytes_per_token), f"{100 * g.share:.1f}%",
                      "<- stayed " + format_label(g.format) if g.residual else ""])
-    lines += ["  " + line for line in _table(rows, {2, 5, 6, 7})]
+    lines += ["  " + line for line in text_table(rows, {2, 5, 6, 7})]
     if len(result.groups) > max_rows:
         rest = result.groups[max_rows:]
         lines.append(f"  ... {len(rest)} more kinds, {human_bytes(sum(g.bytes_per_token for g in rest))} per token")

@@ -76,7 +76,7 @@ def command(model, revision, config_only, trust_remote_code, formats, recipes, h
 
 def render_plan(plan, top: int = 12) -> str:
     from ..formats import format_label
-    from ..render import _table, human_bytes
+    from ..render import human_bytes, text_table
 
     inv, hw, w = plan.inventory, plan.hardware, plan.workload
     lines = [
@@ -93,7 +93,7 @@ def render_plan(plan, top: int = 12) -> str:
     for s in plan.simulated:
         rows.append([s.recipe, format_label(s.format), human_bytes(s.weight_bytes), human_bytes(s.bytes_per_token),
                      f"{s.ceiling_tok_s:.1f}", f"{s.expected_tok_s:.1f}"])
-    lines += ["  " + line for line in _table(rows, {2, 3, 4, 5})]
+    lines += ["  " + line for line in text_table(rows, {2, 3, 4, 5})]
     lines += ["", f"ranked for {w.concurrency} concurrent sequence{'s' if w.concurrency > 1 else ''}:"]
     rows = [["#", "format", "recipe", "backend", "1-stream tok/s", f"total tok/s @{w.concurrency}", "bound",
              "resident", "fits"]]
@@ -101,7 +101,7 @@ def render_plan(plan, top: int = 12) -> str:
         rows.append([str(r.rank), format_label(r.format), r.recipe, r.backend.name, f"{r.single_stream_tok_s:.1f}",
                      f"{r.aggregate_tok_s:.0f}", r.aggregate_bound, f"{r.resident_gb:.1f} GB",
                      "yes" if r.fits else "NO"])
-    lines += ["  " + line for line in _table(rows, {0, 4, 5, 7})]
+    lines += ["  " + line for line in text_table(rows, {0, 4, 5, 7})]
     best = plan.top
     if best is not None:
         lines += ["", f"top pick: {format_label(best.format)}, recipe {best.recipe}, {best.backend.name}"]
