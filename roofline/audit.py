@@ -179,11 +179,9 @@ def run_audit(inventory: Inventory, scenario: Scenario, hardware: Hardware, *, w
 
 
 def _cuda_graph(result: AuditResult):
-    """The kernels / CUDA-graph time model refines expected tok/s when it is available."""
-    import importlib.util
+    """The kernels / CUDA-graph time model refines expected tok/s."""
+    from .cuda_graph import applies_to, estimate
 
-    if result.hardware.host == "cpu" or importlib.util.find_spec("roofline.cuda_graph") is None:
-        return None  # CUDA graphs are a GPU matter; a CPU host keeps the plain efficiency
-    from .cuda_graph import estimate
-
+    if not applies_to(result.hardware):
+        return None  # a CPU host keeps the plain efficiency
     return estimate(result.inventory, result.traffic, result.hardware)

@@ -136,6 +136,11 @@ def advice_for(benefit: float, eager_tok_s: float, graph_tok_s: float) -> str:
             "--enforce-eager costs under 2% and is safe where graphs cause trouble")
 
 
+def applies_to(hardware: Hardware) -> bool:
+    """CUDA graphs are a GPU matter: a CPU host (a `calibrate --save` entry) has none."""
+    return hardware.host != "cpu"
+
+
 def estimate(inventory: Inventory, traffic, hardware: Hardware, backend: str | None = None, *,
              kernels: KernelProfile | None = None, host_us_per_kernel: float | None = None) -> CudaGraphEstimate:
     """Eager and CUDA-graph decode tok/s of one stream, and the advice.

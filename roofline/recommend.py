@@ -22,6 +22,7 @@ import functools
 import shlex
 from dataclasses import dataclass, field
 
+from .cuda_graph import applies_to, estimate
 from .errors import RooflineError
 from .formats import PLAIN_FORMATS, format_label, get_format
 from .grouping import short_label
@@ -246,15 +247,11 @@ def _cuda_graph_reason(sim: Inventory, traffic: Traffic, hardware: Hardware) -> 
     cfg = rules()["cuda_graphs"]
     kind = _kind(sim)
     gain = None
-    try:
-        from .cuda_graph import estimate  # the kernels / CUDA-graph model, when built
-    except ImportError:
-        estimate = None
-    if estimate is not None:
+    if applies_to(hardware):
         try:
             result = estimate(sim, traffic, hardware)
             gain = result.graph_tok_s / result.eager_tok_s - 1 if result.eager_tok_s else None
-        except Exception:  # noqa: BLE001 - the estimate refines a reason; the rule still stands
+        except RooflineError:  # nothing to time: the rule by model kind still stands
             gain = None
     if gain is None:
         matters = kind != "dense"
