@@ -112,9 +112,9 @@ def main() -> None:
     count = write_checkpoint(directory)
 
     from roofline.audit import run_audit
-    from roofline.hardware import get_hardware
-    from roofline.source_local import load_local
-    from roofline.traffic import Scenario
+    from roofline.predict.hardware import get_hardware
+    from roofline.predict.traffic import Scenario
+    from roofline.sources.local import load_local
 
     state = {}
 

@@ -26,7 +26,9 @@ def build_model(target_modules: int):
 
     try:
         from vllm.model_executor.layers.linear import UnquantizedLinearMethod
-        from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+        from vllm.model_executor.layers.vocab_parallel_embedding import (
+            UnquantizedEmbeddingMethod,
+        )
         linear_method, embed_method = UnquantizedLinearMethod(), UnquantizedEmbeddingMethod()
         real = True
     except Exception:  # noqa: BLE001 - vLLM not installed: the walk still runs on torch alone

@@ -15,10 +15,10 @@ import argparse
 from pathlib import Path
 from statistics import mean
 
-from roofline.hardware import get_hardware
-from roofline.simulate import get_recipe, simulate
-from roofline.source_config import load_config_only
-from roofline.traffic import Scenario, compute_traffic
+from roofline.advise.simulate import get_recipe, simulate
+from roofline.predict.hardware import get_hardware
+from roofline.predict.traffic import Scenario, compute_traffic
+from roofline.sources.config import load_config_only
 
 CONFIG = Path(__file__).resolve().parent.parent / "tests" / "reference_configs" / "Qwen__Qwen3-8B"
 

@@ -365,7 +365,7 @@ SPECS = {
 def attribute_trace(trace: dict) -> dict:
     """Kernels of a chrome trace (torch.profiler export), each attributed to the innermost
     record_function range around the host call that launched it (matched by correlation id).
-    The same rule as roofline.kernels.parse_trace, kept inline so this script needs only torch."""
+    The same rule as roofline.live.profiler_trace.parse_trace, kept inline so this script needs only torch."""
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
     launches = {}
     ranges = []

@@ -1,7 +1,7 @@
 """Per-kernel costs on a CUDA GPU: the host launch cost of PyTorch eager and the per-kernel
 floor inside a CUDA-graph replay, plus the device-to-device copy bandwidth.
 
-These are the three numbers roofline's CUDA-graph model needs (roofline/cuda_graph.py,
+These are the three numbers roofline's CUDA-graph model needs (roofline/predict/cuda_graph.py,
 roofline/data/launch.toml):
 
 - eager cost per kernel: wall time of a long loop of tiny kernels issued from Python, divided by

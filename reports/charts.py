@@ -7,10 +7,18 @@ from __future__ import annotations
 import html
 import math
 
-from roofline.render import human_bytes
+from roofline.units import human_bytes
 
 from .hierarchy import treemap_nodes
-from .view import EXPECTED_KEYS, ReportData, first_number, is_plain, layer_buckets, row_label, series_key
+from .view import (
+    EXPECTED_KEYS,
+    ReportData,
+    first_number,
+    is_plain,
+    layer_buckets,
+    row_label,
+    series_key,
+)
 
 WARNING = "#d9480f"  # BF16 residuals: the bytes a quantized model still reads at 2 bytes/weight
 PLAIN = "#adb5bd"  # unquantized, and expected to be (norms, embeddings of a plain model)

@@ -12,11 +12,19 @@ import json
 import math
 
 from roofline import __version__
-from roofline.formats import format_label
-from roofline.render import human_bytes
+from roofline.model.formats import format_label
+from roofline.units import human_bytes
 
 from . import charts
-from .view import EXPECTED_KEYS, MEASURED_KEYS, PREDICTED_KEYS, ReportData, first_number, first_text, row_label
+from .view import (
+    EXPECTED_KEYS,
+    MEASURED_KEYS,
+    PREDICTED_KEYS,
+    ReportData,
+    first_number,
+    first_text,
+    row_label,
+)
 
 DATA_ELEMENT_ID = "roofline-data"
 
@@ -317,7 +325,7 @@ def validation_section(data: ReportData) -> str:
 # ---------------------------------------------------------------- page
 
 def render_page(data: ReportData, cdn: bool, embedded: dict) -> str:
-    from roofline.hardware import catalogue
+    from roofline.predict.hardware import catalogue
 
     a = data.audit
     figures = {

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from roofline.errors import RooflineError
-from roofline.formats import PLAIN_FORMATS, format_label
-from roofline.grouping import short_label
+from roofline.model.formats import PLAIN_FORMATS, format_label
+from roofline.model.grouping import short_label
 
 # x-axis buckets of the per-layer chart for modules outside the decoder layers, in this order
 OUTSIDE_LAYERS = ("mtp", "embedding", "lm_head", "other")

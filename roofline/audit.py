@@ -7,15 +7,21 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
+from roofline.model.formats import PLAIN_FORMATS, format_label
+from roofline.model.grouping import short_label
+from roofline.model.inventory import Inventory
+from roofline.model.quant_config import LINEAR_ROLES
+from roofline.predict.ceiling import Ceiling, compute_ceiling
+from roofline.predict.cuda_graph import applies_to, estimate
+from roofline.predict.hardware import Hardware
+from roofline.predict.traffic import Scenario, Traffic, compute_traffic
+from roofline.sources.capture import inventory_from_capture
+from roofline.sources.config import load_config_only, load_config_only_hub
+from roofline.sources.hub import load_hub, looks_like_repo_id
+from roofline.sources.local import load_local
+
 from . import __version__
-from .ceiling import Ceiling, compute_ceiling
 from .errors import RooflineError
-from .formats import PLAIN_FORMATS, format_label
-from .grouping import short_label
-from .hardware import Hardware
-from .inventory import Inventory
-from .quant_config import LINEAR_ROLES
-from .traffic import Scenario, Traffic, compute_traffic
 
 SCHEMA = "roofline.audit/1"
 # roles whose staying unquantized in a quantized model is a residual worth naming
@@ -26,7 +32,6 @@ def load_inventory(model: str, *, revision: str | None = None, config_only: bool
                    from_vllm: str | None = None, trust_remote_code: bool = False) -> Inventory:
     """Pick the source for MODEL: a vLLM capture, a local folder, or a hub id."""
     if from_vllm:
-        from .source_vllm import inventory_from_capture
         return inventory_from_capture(from_vllm)
     if not model:
         raise RooflineError("no MODEL given")
@@ -36,14 +41,10 @@ def load_inventory(model: str, *, revision: str | None = None, config_only: bool
         if config_only or not has_weights:
             if not os.path.isfile(os.path.join(model, "config.json")):
                 raise RooflineError(f"{model}: no config.json")
-            from .source_config import load_config_only
             return load_config_only(model, trust_remote_code=trust_remote_code)
-        from .source_local import load_local
         return load_local(model)
-    from .source_hub import load_hub, looks_like_repo_id
     if looks_like_repo_id(model):
         if config_only:
-            from .source_config import load_config_only_hub
             return load_config_only_hub(model, revision=revision, trust_remote_code=trust_remote_code)
         return load_hub(model, revision=revision)
     if os.path.exists(model):
@@ -74,7 +75,7 @@ class AuditResult:
     ceiling: Ceiling
     groups: list[Group]
     notes: list[str] = field(default_factory=list)
-    cuda_graph: object | None = None  # roofline.cuda_graph estimate, when computed
+    cuda_graph: object | None = None  # roofline.predict.cuda_graph estimate, when computed
 
     @property
     def quantized(self) -> bool:
@@ -180,8 +181,6 @@ def run_audit(inventory: Inventory, scenario: Scenario, hardware: Hardware, *, w
 
 def _cuda_graph(result: AuditResult):
     """The kernels / CUDA-graph time model refines expected tok/s."""
-    from .cuda_graph import applies_to, estimate
-
     if not applies_to(result.hardware):
         return None  # a CPU host keeps the plain efficiency
     return estimate(result.inventory, result.traffic, result.hardware)

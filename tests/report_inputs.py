@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 # the audit JSON of each checkpoint, computed once per test session
 _AUDITS: dict[str, dict] = {}
 
@@ -45,10 +44,10 @@ def plan_json(path: Path) -> dict:
 
 
 def validation_from(audit: dict, measured_share: float = 0.7) -> list[dict]:
-    """A real validation record row (roofline.validate + roofline.records, as `roofline validate`
+    """A real validation record row (roofline.live.validate + roofline.live.records, as `roofline validate`
     writes it) for a measurement at measured_share of the ceiling."""
-    from roofline.records import record_row
-    from roofline.validate import validate
+    from roofline.live.records import record_row
+    from roofline.live.validate import validate
 
     result = validate(audit, audit["ceiling_tok_s"] * measured_share)
     return [record_row(result, measured_by="test", audit=audit)]

@@ -8,14 +8,14 @@ import subprocess
 import sys
 
 import pytest
+from independent_count import count_checkpoint
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from independent_count import count_checkpoint
 from roofline.audit import run_audit
-from roofline.hardware import get_hardware
-from roofline.source_local import load_local
-from roofline.traffic import Scenario, distinct_experts
+from roofline.predict.hardware import get_hardware
+from roofline.predict.traffic import Scenario, distinct_experts
+from roofline.sources.local import load_local
 
 ALL = ["qwen3_dense", "qwen3_tied", "qwen3_sharded", "qwen3_moe", "qwen3_next", "ct_fp8_dynamic",
        "ct_nvfp4a16", "ct_nvfp4_w4a4", "ct_w4a16_int4", "ct_fp8_moe", "ct_nvfp4a16_next", "modelopt_nvfp4"]

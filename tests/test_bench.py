@@ -18,9 +18,15 @@ import time
 
 import pytest
 
-from roofline.bench import BenchConfig, iter_sse_data, run_bench, split_url, stream_once
 from roofline.cli import main
 from roofline.errors import RooflineError
+from roofline.live.bench import (
+    BenchConfig,
+    iter_sse_data,
+    run_bench,
+    split_url,
+    stream_once,
+)
 
 
 class FakeOpenAIServer:

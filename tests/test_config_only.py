@@ -9,9 +9,9 @@ import pytest
 
 from roofline.audit import load_inventory, run_audit
 from roofline.errors import RooflineError
-from roofline.formats import PLAIN_FORMATS
-from roofline.hardware import get_hardware
-from roofline.traffic import Scenario
+from roofline.model.formats import PLAIN_FORMATS
+from roofline.predict.hardware import get_hardware
+from roofline.predict.traffic import Scenario
 
 pytest.importorskip("transformers")
 
@@ -20,13 +20,13 @@ ALL = sorted(p.name for p in REFERENCE.iterdir() if (p / "config.json").is_file(
 
 
 def inventory(name: str):
-    from roofline.source_config import load_config_only
+    from roofline.sources.config import load_config_only
 
     return load_config_only(str(REFERENCE / name))
 
 
 def by_label(inv) -> dict[str, set[str]]:
-    from roofline.grouping import short_label
+    from roofline.model.grouping import short_label
 
     out: dict[str, set[str]] = {}
     for m in inv.modules:
@@ -128,8 +128,8 @@ def test_config_only_flag_on_cli(capsys):
 def test_config_only_matches_header_audit(fixture, checkpoint):
     """The tiny real checkpoints: per module, config-only and header audits agree on format and
     bytes, up to scale rounding (scale dtypes a producer picks)."""
-    from roofline.source_config import load_config_only
-    from roofline.source_local import load_local
+    from roofline.sources.config import load_config_only
+    from roofline.sources.local import load_local
 
     directory = str(checkpoint(fixture))
     header = load_local(directory).by_name()

@@ -7,13 +7,12 @@ import json
 import os
 
 import pytest
-
-from roofline.cuda_graph import estimate, launch_costs
-from roofline.errors import RooflineError
-from roofline.hardware import get_hardware
-from roofline.traffic import Scenario, compute_traffic
-
 from test_kernels import reference
+
+from roofline.errors import RooflineError
+from roofline.predict.cuda_graph import estimate, launch_costs
+from roofline.predict.hardware import get_hardware
+from roofline.predict.traffic import Scenario, compute_traffic
 
 GB10_SCENARIO = Scenario(batch=1, context=1024, kv_cache_dtype="fp8")  # BRIEF §7: single stream, kv fp8
 NVFP4_KEEP_LM_HEAD = {"producer": {"name": "modelopt"},
@@ -22,7 +21,7 @@ NVFP4_KEEP_LM_HEAD = {"producer": {"name": "modelopt"},
 
 @pytest.fixture(scope="module")
 def dense_nvfp4():
-    from roofline.source_config import inventory_from_config
+    from roofline.sources.config import inventory_from_config
     with open(os.path.join(reference("Qwen__Qwen3-8B"), "config.json"), encoding="utf-8") as f:
         config = json.load(f)
     return inventory_from_config("Qwen3-8B-NVFP4", config, NVFP4_KEEP_LM_HEAD)
@@ -30,7 +29,7 @@ def dense_nvfp4():
 
 @pytest.fixture(scope="module")
 def hybrid_nvfp4():
-    from roofline.source_config import load_config_only
+    from roofline.sources.config import load_config_only
     return load_config_only(reference("nvidia__Qwen3.6-35B-A3B-NVFP4"))
 
 

@@ -1,6 +1,6 @@
 """Formats whose producers need a GPU (AutoAWQ, GPTQ, gpt-oss MXFP4, DeepSeek block FP8) cannot
 write fixtures here. These checkpoints are written by the safetensors library with the tensor
-names, dtypes and shapes those producers write (documented in roofline/detect.py), under the
+names, dtypes and shapes those producers write (documented in roofline/model/detect.py), under the
 producers' real quantization configs, and audited through the CLI like any other folder."""
 from __future__ import annotations
 

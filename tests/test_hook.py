@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from roofline.capture import stop_process_group
+from roofline.live.capture import stop_process_group
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = "/tmp/roofline-vllm.lock"
@@ -141,17 +141,17 @@ def fp8(hook_checkpoints, tmp_path_factory):
 # ---------------------------------------------------------------- helpers
 
 def _capture(path: Path) -> dict:
-    from roofline.source_vllm import load_capture
+    from roofline.sources.capture import load_capture
     return load_capture(str(path))
 
 
 def _live(path: Path):
-    from roofline.source_vllm import inventory_from_capture
+    from roofline.sources.capture import inventory_from_capture
     return inventory_from_capture(str(path))
 
 
 def _header(model: Path):
-    from roofline.source_local import load_local
+    from roofline.sources.local import load_local
     return load_local(str(model))
 
 
@@ -249,7 +249,7 @@ def test_dense_audit_from_vllm_equals_header_audit(dense):
 
 def test_quant_method_grouping(dense):
     """The hand-made audit's grouping: type(quant_method).__name__ -> modules, bytes."""
-    from roofline.source_vllm import quant_method_groups
+    from roofline.sources.capture import quant_method_groups
     groups = quant_method_groups(_live(dense["capture"]))
     count, nbytes = groups["UnquantizedLinearMethod"]
     assert count == 4 * 4  # qkv, o, gate_up, down in each of 4 layers
@@ -295,7 +295,7 @@ def test_plugin_entry_point_registered():
 # ---------------------------------------------------------------- TP=2, the capture CLI
 
 def test_tp2_ranks_add_up_to_the_whole(tp2, dense):
-    from roofline.source_vllm import rank_bytes
+    from roofline.sources.capture import rank_bytes
     capture = _capture(tp2["capture"])
     assert capture["world_size"] == 2 and [r["rank"] for r in capture["ranks"]] == [0, 1]
     assert {r["tp_size"] for r in capture["ranks"]} == {2}
@@ -323,7 +323,7 @@ def test_rank_parts_read_without_merged_file(tp2, tmp_path):
     """A `vllm serve` stopped before the merge (or still running) leaves only per-rank parts:
     they are read and merged the same way; one rank missing is a clear error."""
     from roofline.errors import RooflineError
-    from roofline.source_vllm import inventory_from_capture
+    from roofline.sources.capture import inventory_from_capture
 
     raw = json.loads(tp2["capture"].read_text())
     stem = tmp_path / "serve"
@@ -378,7 +378,7 @@ def test_next_tp2_merges_to_the_single_rank_inventory(next_tp2, next_capture):
     split; routers, shared_expert_gate and norms replicated; GDN A_log / dt_bias are split by
     vLLM's sharded_weight_loader (one value head per rank here). Merged, every module has the
     bytes of the TP=1 capture."""
-    from roofline.source_vllm import rank_bytes
+    from roofline.sources.capture import rank_bytes
     whole, single = _live(next_tp2["capture"]), _live(next_capture["capture"])
     assert {m.name: m.nbytes for m in whole.modules} == {m.name: m.nbytes for m in single.modules}
     by_name = whole.by_name()

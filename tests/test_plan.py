@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from roofline.advise.recommend import build_plan
+from roofline.advise.simulate import get_recipe, simulate
 from roofline.errors import RooflineError
-from roofline.hardware import get_hardware
-from roofline.recommend import build_plan
-from roofline.simulate import get_recipe, simulate
-from roofline.traffic import Scenario, compute_traffic
+from roofline.predict.hardware import get_hardware
+from roofline.predict.traffic import Scenario, compute_traffic
 
 pytest.importorskip("transformers")
 
@@ -21,14 +21,14 @@ GB10 = get_hardware("gb10")
 
 @pytest.fixture(scope="module")
 def qwen3_8b():
-    from roofline.source_config import load_config_only
+    from roofline.sources.config import load_config_only
 
     return load_config_only(str(REFERENCE / "Qwen__Qwen3-8B"))
 
 
 @pytest.fixture(scope="module")
 def qwen36():
-    from roofline.source_config import load_config_only
+    from roofline.sources.config import load_config_only
 
     return load_config_only(str(REFERENCE / "Qwen__Qwen3.6-35B-A3B"))
 
@@ -120,7 +120,7 @@ def test_tensor_parallel_two_gb10(qwen3_8b):
 
 
 def test_unknown_format_or_recipe():
-    from roofline.source_config import load_config_only
+    from roofline.sources.config import load_config_only
 
     inv = load_config_only(str(REFERENCE / "Qwen__Qwen3-8B"))
     with pytest.raises(RooflineError, match="unknown format"):

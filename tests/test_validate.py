@@ -9,9 +9,14 @@ import pytest
 
 from roofline.cli import main
 from roofline.errors import RooflineError
-from roofline.records import append_record, read_records, record_row
-from roofline.validate import (ABOVE_CEILING_TOLERANCE, FAR_BELOW_EXPECTED, NEAR_EXPECTED, validate,
-                               verdict_of)
+from roofline.live.records import append_record, read_records, record_row
+from roofline.live.validate import (
+    ABOVE_CEILING_TOLERANCE,
+    FAR_BELOW_EXPECTED,
+    NEAR_EXPECTED,
+    validate,
+    verdict_of,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 HYBRID_NVFP4 = ROOT / "examples" / "Qwen3.6-35B-A3B-NVFP4"  # real config.json + hf_quant_config.json
@@ -205,8 +210,8 @@ def test_cli_validate_against_a_server_uses_its_context(tmp_path, capsys):
 # ------------------------------------------------------------------------------- calibrate
 
 def test_calibrate_measures_and_saves_an_entry(tmp_path, monkeypatch):
-    from roofline.calibrate import hardware_entry, measure, save_entry
-    from roofline.hardware import get_hardware
+    from roofline.live.calibrate import hardware_entry, measure, save_entry
+    from roofline.predict.hardware import get_hardware
 
     cal = measure(device="cpu", buffer_mb=64, repetitions=2)
     assert [k.kernel for k in cal.kernels] == ["copy", "gemv_fp32", "gemv_bf16"]
@@ -225,7 +230,7 @@ def test_calibrate_measures_and_saves_an_entry(tmp_path, monkeypatch):
 
 
 def test_malformed_user_hardware_file(tmp_path, monkeypatch):
-    from roofline.hardware import get_hardware
+    from roofline.predict.hardware import get_hardware
 
     hw_file = tmp_path / "hardware.toml"
     monkeypatch.setenv("ROOFLINE_HARDWARE_FILE", str(hw_file))

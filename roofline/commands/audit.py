@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from ..errors import RooflineError
+from roofline.errors import RooflineError
+
 from .options import scenario_from, scenario_options
 
 
@@ -28,7 +29,7 @@ def command(model, revision, config_only, from_vllm, trust_remote_code, as_json,
     """Bytes per decoded token, BF16 residuals and the decode ceiling of MODEL: a local
     checkpoint folder, a Hugging Face id (org/name; headers only, no weights), or a folder with
     just config.json."""
-    from ..audit import load_inventory, run_audit
+    from roofline.audit import load_inventory, run_audit
 
     if not model and not from_vllm:
         raise RooflineError("give MODEL (a folder or org/name) or --from-vllm CAPTURE.json")
@@ -43,13 +44,13 @@ def command(model, revision, config_only, from_vllm, trust_remote_code, as_json,
         with open(json_out, "w", encoding="utf-8") as fh:
             json.dump(payload, fh, indent=1)
     if html_path:
-        from ..reports import write_audit_report
+        from roofline.reports import write_audit_report
         write_audit_report(result, html_path, cdn=cdn)
     if as_json:
         json.dump(payload, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        from ..render import render_audit
+        from roofline.render.audit import render_audit
         click.echo(render_audit(result, max_rows=rows))
         if html_path:
             click.echo(f"report: {html_path}")

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..errors import RooflineError
+from roofline.errors import RooflineError
 
 
 def parse_levels(text: str | None) -> tuple[int, ...]:
@@ -45,7 +45,7 @@ def bench_options(func):
 
 
 def config_from(url: str, kwargs: dict, concurrency: tuple[int, ...] = (), sweep_rounds: int = 3):
-    from ..bench import DEFAULT_PROMPT, BenchConfig
+    from roofline.live.bench import DEFAULT_PROMPT, BenchConfig
 
     return BenchConfig(
         url=url, model=kwargs.pop("served_model"), api=kwargs.pop("api"),
@@ -53,33 +53,6 @@ def config_from(url: str, kwargs: dict, concurrency: tuple[int, ...] = (), sweep
         runs=kwargs.pop("runs"), warmup=kwargs.pop("warmup"), timeout_s=kwargs.pop("timeout_s"),
         ignore_eos=not kwargs.pop("no_ignore_eos"), concurrency=concurrency, sweep_rounds=sweep_rounds,
     ).validate()
-
-
-def render_bench(result) -> str:
-    lines = [f"model {result.model} at {result.config.url}"
-             + (f" (server {result.server_version})" if result.server_version else "")]
-    lines.append(f"prompt {result.prompt_tokens} tokens, {result.completion_tokens} decoded per run, "
-                 f"{result.config.api} API, temperature 0, "
-                 f"ignore_eos {'on' if result.ignore_eos_applied else 'off'}")
-    decode, ttft = result.decode, result.ttft
-    lines.append(f"{'':24}{'median':>10}{'min':>10}{'max':>10}")
-    lines.append(f"{'decode tok/s':24}{decode.median:>10.2f}{decode.min:>10.2f}{decode.max:>10.2f}")
-    lines.append(f"{'TTFT ms':24}{ttft.median * 1e3:>10.1f}{ttft.min * 1e3:>10.1f}{ttft.max * 1e3:>10.1f}")
-    failed = len(result.runs) - len(result.completed)
-    lines.append(f"{len(result.completed)} of {len(result.runs)} runs completed"
-                 + (f"; failures: {'; '.join(sorted({r.error for r in result.runs if r.error}))}" if failed else ""))
-    if result.sweep:
-        lines.append("")
-        lines.append(f"{'concurrency':>12}{'aggregate tok/s':>18}{'per-stream decode':>20}{'completed':>11}")
-        for level in result.sweep:
-            agg = f"{level.aggregate_tok_s:.1f}" if level.aggregate_tok_s else "-"
-            per = f"{level.per_stream_decode.median:.1f}" if level.per_stream_decode else "-"
-            done = sum(r.ok for r in level.runs)
-            lines.append(f"{level.concurrency:>12}{agg:>18}{per:>20}{f'{done}/{len(level.runs)}':>11}")
-        lines.append("aggregate = completion tokens / wall time of the round (prefill included)")
-    for note in result.notes:
-        lines.append(f"note: {note}")
-    return "\n".join(lines)
 
 
 @click.command(name="bench")
@@ -94,7 +67,7 @@ def command(url, concurrency_text, sweep_rounds, as_json, json_out, quiet, **kwa
     """Measure single-stream decode tok/s of an OpenAI-compatible server (vLLM or any other):
     fixed max_tokens, temperature 0, ignore_eos where the server takes it; TTFT and decode
     speed from token arrival times, so prefill is excluded."""
-    from ..bench import run_bench
+    from roofline.live.bench import run_bench
 
     if not url:
         raise RooflineError("give --url, the API base of the server, e.g. http://127.0.0.1:8000/v1")
@@ -109,4 +82,6 @@ def command(url, concurrency_text, sweep_rounds, as_json, json_out, quiet, **kwa
         json.dump(payload, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
+        from roofline.render.bench import render_bench
+
         click.echo(render_bench(result))

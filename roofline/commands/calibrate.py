@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..errors import RooflineError
+from roofline.errors import RooflineError
 
 
 @click.command(name="calibrate")
@@ -26,7 +26,7 @@ from ..errors import RooflineError
 def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, name, efficiency, as_json):
     """Measure this host's achievable memory bandwidth (large copy and GEMV), so a CPU or GPU
     host can be validated against its own roof. The roof is the best kernel's best repetition."""
-    from ..calibrate import check_key, hardware_entry, measure, save_entry
+    from roofline.live.calibrate import check_key, hardware_entry, measure, save_entry
 
     if not 0 < efficiency <= 1:
         raise RooflineError("--efficiency must be in (0, 1]")

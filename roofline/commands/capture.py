@@ -23,7 +23,7 @@ def command(model, vllm_args, out, timeout, verbose):
 
     Then: roofline audit --from-vllm capture.json
     """
-    from ..capture import run_capture
+    from roofline.live.capture import run_capture
 
     result = run_capture(model, list(vllm_args), out, timeout=timeout, verbose=verbose)
     click.echo(f"wrote {result.path}: {result.world_size} rank(s), {result.modules} modules "

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from ..errors import RooflineError
+from roofline.errors import RooflineError
+
 from .options import scenario_from, scenario_options
 
 
@@ -28,14 +29,15 @@ from .options import scenario_from, scenario_options
 def command(model, trace_path, num_layers, backend, launch_us, revision, config_only, from_vllm, as_json, **kwargs):
     """Kernels per decode step per layer (from a profiler trace, or estimated from the kernel
     table for MODEL), and with MODEL the eager vs CUDA-graph decode speed on --hardware."""
-    from ..kernels import estimate_kernels, parse_trace
+    from roofline.live.profiler_trace import parse_trace
+    from roofline.predict.kernels import estimate_kernels
 
     if not model and not trace_path and not from_vllm:
         raise RooflineError("give MODEL (a folder or org/name), --from-vllm CAPTURE.json, or --trace TRACE")
     scenario, hardware = scenario_from(kwargs)
     inventory = None
     if model or from_vllm:
-        from ..audit import load_inventory
+        from roofline.audit import load_inventory
         inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm)
         num_layers = num_layers or inventory.shape.num_layers
     if trace_path:
@@ -45,8 +47,8 @@ def command(model, trace_path, num_layers, backend, launch_us, revision, config_
         profile = estimate_kernels(inventory, backend)
     graph = None
     if inventory is not None:
-        from ..cuda_graph import estimate
-        from ..traffic import compute_traffic
+        from roofline.predict.cuda_graph import estimate
+        from roofline.predict.traffic import compute_traffic
 
         traffic = compute_traffic(inventory, scenario)
         graph = estimate(inventory, traffic, hardware, backend, kernels=profile, host_us_per_kernel=launch_us)
@@ -57,51 +59,6 @@ def command(model, trace_path, num_layers, backend, launch_us, revision, config_
         json.dump(payload, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return
-    click.echo(render(profile, graph, hardware))
+    from roofline.render.kernels import render_kernels
 
-
-def render(profile, graph, hardware) -> str:
-    lines = [f"{profile.model_id}: {profile.kernels_per_token:.0f} "
-             f"{'kernels' if profile.device == 'cuda' else 'CPU ops'} per decode step "
-             f"({'measured from a trace' if profile.origin == 'trace' else 'estimated from roofline/data/kernels.toml'})"]
-    # layers with the same count print as one row
-    rows: list[tuple[str, float]] = []
-    per_layer = profile.per_layer()
-    run_start = run_end = None
-    run_value = None
-    for layer in sorted(k for k in per_layer if k is not None):
-        value = per_layer[layer]
-        if run_value == value and run_end == layer - 1:
-            run_end = layer
-            continue
-        if run_start is not None:
-            rows.append((_span(run_start, run_end), run_value))
-        run_start = run_end = layer
-        run_value = value
-    if run_start is not None:
-        rows.append((_span(run_start, run_end), run_value))
-    if None in per_layer:
-        rows.append(("outside layers", per_layer[None]))
-    lines.append("")
-    lines.append(f"  {'layers':<16} {'kernels/layer':>13}")
-    for label, value in rows:
-        lines.append(f"  {label:<16} {value:>13.0f}")
-    lines.append("")
-    lines.append("  by role: " + ", ".join(f"{role} {n:.0f}" for role, n in profile.by_role().items()))
-    if graph is not None:
-        c = graph.costs
-        lines += [
-            "",
-            f"  on {hardware.name}: CUDA graphs {graph.graph_tok_s:.1f} tok/s, eager {graph.eager_tok_s:.1f} tok/s, "
-            f"benefit {graph.benefit:.2f}x",
-            f"  host cost {c.host_us_per_kernel:g} us/kernel ({c.host_kind}), graph floor "
-            f"{c.graph_floor_us_per_kernel:g} us/kernel ({c.floor_kind}); sources: roofline/data/launch.toml",
-            f"  advice: {graph.advice}",
-        ]
-    for note in profile.notes:
-        lines.append(f"  note: {note}")
-    return "\n".join(lines)
-
-
-def _span(start: int, end: int) -> str:
-    return f"{start}" if start == end else f"{start}-{end}"
+    click.echo(render_kernels(profile, graph, hardware))

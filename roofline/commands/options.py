@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import click
 
-from ..hardware import get_hardware
-from ..traffic import Scenario
+from roofline.predict.hardware import get_hardware
+from roofline.predict.traffic import Scenario
 
 
 def scenario_options(func):

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..errors import RooflineError
+from roofline.errors import RooflineError
 
 DEFAULT_FORMATS = "bf16,fp8,nvfp4-w4a16,nvfp4-w4a4,mxfp4,int4-awq"
 # "aggressive" (lm_head in 4 bits too) trades accuracy for bytes: compared only when asked for
@@ -47,9 +47,9 @@ def command(model, revision, config_only, trust_remote_code, formats, recipes, h
     """Simulate quantization formats on MODEL (a checkpoint folder, a hub id, or a folder with
     only config.json) and recommend format, recipe, vLLM backend and flags for a device and a
     workload."""
-    from ..audit import load_inventory
-    from ..hardware import get_hardware
-    from ..recommend import build_plan
+    from roofline.advise.recommend import build_plan
+    from roofline.audit import load_inventory
+    from roofline.predict.hardware import get_hardware
 
     hardware = get_hardware(hardware_name, bandwidth)
     inventory = load_inventory(model, revision=revision, config_only=config_only,
@@ -59,9 +59,9 @@ def command(model, revision, config_only, trust_remote_code, formats, recipes, h
                       memory_budget_gb=memory_budget, tp=tp, link=link)
     payload = plan.to_json() if (as_json or html_path) else None
     if html_path:
-        from ..audit import run_audit
-        from ..reports import update_report
-        from ..traffic import Scenario
+        from roofline.audit import run_audit
+        from roofline.predict.traffic import Scenario
+        from roofline.reports import update_report
 
         audit = run_audit(inventory, Scenario(context=context, kv_cache_dtype=kv_cache_dtype), hardware)
         update_report(html_path, audit, plan=payload)
@@ -69,52 +69,8 @@ def command(model, revision, config_only, trust_remote_code, formats, recipes, h
         json.dump(payload, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
+        from roofline.render.plan import render_plan
+
         click.echo(render_plan(plan, top=top))
         if html_path:
             click.echo(f"report: {html_path}")
-
-
-def render_plan(plan, top: int = 12) -> str:
-    from ..formats import format_label
-    from ..render import human_bytes, text_table
-
-    inv, hw, w = plan.inventory, plan.hardware, plan.workload
-    lines = [
-        f"{inv.model_id}  ({inv.shape.architecture}, source: {inv.source})",
-        f"hardware: {hw.name}, {hw.bandwidth_gbps:g} GB/s, SM {hw.compute_capability}, "
-        f"efficiency {hw.efficiency:.2f} ({hw.efficiency_kind})",
-        f"workload: {w.concurrency} concurrent x {w.context} tokens"
-        f"{f', TP={w.tp}' if w.tp > 1 else ''}"
-        f"{f', memory budget {w.memory_budget_gb:g} GB' if w.memory_budget_gb else ''}",
-        "",
-        "simulated formats (single stream):",
-    ]
-    rows = [["recipe", "format", "weights", "bytes/token", "ceiling tok/s", "expected tok/s"]]
-    for s in plan.simulated:
-        rows.append([s.recipe, format_label(s.format), human_bytes(s.weight_bytes), human_bytes(s.bytes_per_token),
-                     f"{s.ceiling_tok_s:.1f}", f"{s.expected_tok_s:.1f}"])
-    lines += ["  " + line for line in text_table(rows, {2, 3, 4, 5})]
-    lines += ["", f"ranked for {w.concurrency} concurrent sequence{'s' if w.concurrency > 1 else ''}:"]
-    rows = [["#", "format", "recipe", "backend", "1-stream tok/s", f"total tok/s @{w.concurrency}", "bound",
-             "resident", "fits"]]
-    for r in plan.recommendations[:top]:
-        rows.append([str(r.rank), format_label(r.format), r.recipe, r.backend.name, f"{r.single_stream_tok_s:.1f}",
-                     f"{r.aggregate_tok_s:.0f}", r.aggregate_bound, f"{r.resident_gb:.1f} GB",
-                     "yes" if r.fits else "NO"])
-    lines += ["  " + line for line in text_table(rows, {0, 4, 5, 7})]
-    best = plan.top
-    if best is not None:
-        lines += ["", f"top pick: {format_label(best.format)}, recipe {best.recipe}, {best.backend.name}"]
-        lines += [f"  - {reason}" for reason in best.reasons]
-        if best.quantize_with:
-            lines.append(f"  quantize with: {best.quantize_with}")
-        lines += ["", "  " + best.serve_command()]
-        others = [r for r in plan.recommendations[1:4] if r.format != best.format]
-        for r in others[:2]:
-            lines += ["", f"#{r.rank} {format_label(r.format)} ({r.recipe}, {r.backend.name}):"]
-            lines += [f"  - {reason}" for reason in r.reasons[:3]]
-    for note in plan.notes:
-        lines.append(f"note: {note}")
-    for note in inv.disagreements:
-        lines.append(f"! tensors vs config: {note}")
-    return "\n".join(lines)

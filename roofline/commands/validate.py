@@ -8,7 +8,8 @@ import sys
 import click
 from click.core import ParameterSource
 
-from ..errors import RooflineError
+from roofline.errors import RooflineError
+
 from .bench import bench_options, config_from
 from .options import scenario_from, scenario_options
 
@@ -55,8 +56,14 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
     same scenario: bandwidth utilisation and a verdict, with suspects when it falls short.
     The measurement comes from --measured, a live server (--url: runs `roofline bench`), or a
     saved bench result (--bench-json). Without --context, a bench's mean context is used."""
-    from ..records import DEFAULT_RECORD, append_record, read_records, record_row
-    from ..validate import render, validate
+    from roofline.live.records import (
+        DEFAULT_RECORD,
+        append_record,
+        read_records,
+        record_row,
+    )
+    from roofline.live.validate import validate
+    from roofline.render.validate import render_validation
 
     ctx = click.get_current_context()
     sources = [s for s in (measured_tok_s is not None, url, bench_json) if s]
@@ -73,7 +80,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
 
     bench = None
     if url:
-        from ..bench import run_bench
+        from roofline.live.bench import run_bench
 
         cfg = config_from(url, kwargs)
         progress = None if as_json else (lambda message: click.echo(message, err=True))
@@ -101,7 +108,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         for name in SCENARIO_PARAMS:
             kwargs.pop(name, None)
     else:
-        from ..audit import load_inventory, run_audit
+        from roofline.audit import load_inventory, run_audit
 
         scenario, hardware = scenario_from(kwargs)
         inventory = load_inventory(model, revision=revision, config_only=config_only)
@@ -113,7 +120,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
     if not no_record:
         recorded = append_record(record_path or DEFAULT_RECORD, row)
     if html_path:
-        from ..reports import update_report
+        from roofline.reports import update_report
 
         if os.path.isfile(html_path):
             rows = [row]  # the report already holds the earlier rows
@@ -128,7 +135,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         json.dump(payload, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return
-    click.echo(render(result))
+    click.echo(render_validation(result))
     if bench is not None and bench.get("notes"):
         for note in bench["notes"]:
             click.echo(f"bench note: {note}")

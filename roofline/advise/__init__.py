@@ -1,0 +1,1 @@
+"""Recipes, format simulation and recommendation: what to run, from predictions."""

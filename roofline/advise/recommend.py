@@ -1,0 +1,467 @@
+"""Rank (format, recipe, vLLM backend, flags) for a device and a workload (pure arithmetic).
+
+For each simulated format (roofline.advise.simulate) and each GEMM backend that runs it on the device
+(roofline/data/rules.toml), a decode step of N sequences at context L costs
+
+    t_step = max(bytes read per step / (bandwidth x efficiency x backend factor),
+                 FLOPs per step / (tensor throughput of the GEMM's compute format x utilization))
+             + tensor-parallel all-reduces
+
+which gives single-stream tok/s (N = 1) and aggregate tok/s at N. W4A4 runs its GEMMs on FP4
+tensor cores; W4A16 / MXFP4 / AWQ dequantize to BF16 and run on BF16 tensor cores: that is
+what moves the best pick from W4A16 to W4A4 as concurrency grows. Resident memory is weights
++ KV cache for N sequences of L tokens + recurrent state + vLLM's own overhead, against the
+device memory vLLM may take (or --memory-budget).
+
+Every threshold, backend and flag comes from rules.toml, with its source; the reasons are the
+plain-language form of the rules that fired.
+"""
+from __future__ import annotations
+
+import functools
+import shlex
+from dataclasses import dataclass, field
+
+from roofline import __version__
+from roofline.data import load_table
+from roofline.errors import RooflineError
+from roofline.model.architecture import text_config
+from roofline.model.formats import PLAIN_FORMATS, format_label, formats, get_format
+from roofline.model.grouping import short_label
+from roofline.model.inventory import Inventory
+from roofline.predict.cuda_graph import applies_to, estimate
+from roofline.predict.hardware import Hardware
+from roofline.predict.tensor_parallel import get_link, tensor_parallel
+from roofline.predict.traffic import Scenario, Traffic, compute_traffic
+
+from .simulate import get_recipe, producer, simulate, simulate_all
+
+PLAIN = set(PLAIN_FORMATS.values())
+
+
+@dataclass(frozen=True)
+class Backend:
+    format: str
+    name: str
+    min_cc: float
+    compute: str
+    relative_efficiency: float
+    source: str
+    max_cc: float | None = None
+    linear_backend: str | None = None
+    moe_backend: str | None = None
+    reason: str = ""
+    requires: str = ""
+
+
+@functools.lru_cache(maxsize=1)
+def backends() -> tuple[Backend, ...]:
+    out = []
+    for entry in load_table("rules").get("backend", []):
+        out.append(Backend(**entry))
+    return tuple(out)
+
+
+def rules() -> dict:
+    return load_table("rules")
+
+
+def backends_for(fmt: str, hardware: Hardware) -> list[Backend]:
+    cc = float(hardware.compute_capability)
+    return [b for b in backends() if b.format == fmt and cc >= b.min_cc and (b.max_cc is None or cc < b.max_cc)]
+
+
+@dataclass
+class Workload:
+    concurrency: int = 1
+    context: int = 4096
+    kv_cache_dtype: str = "auto"  # auto: fp8 where the rules say so and the device has FP8
+    memory_budget_gb: float | None = None
+    tp: int = 1
+    link: str | None = None
+
+    def validate(self) -> "Workload":
+        if self.concurrency < 1:
+            raise RooflineError("--concurrency must be at least 1")
+        if self.context < 1:
+            raise RooflineError("--context must be at least 1")
+        if self.memory_budget_gb is not None and self.memory_budget_gb <= 0:
+            raise RooflineError("--memory-budget must be positive")
+        if self.tp < 1:
+            raise RooflineError("--tp must be at least 1")
+        return self
+
+
+@dataclass
+class Recommendation:
+    format: str
+    recipe: str
+    backend: Backend
+    single_stream_tok_s: float
+    aggregate_tok_s: float
+    aggregate_bound: str  # "memory" | "compute"
+    weight_bytes: int
+    bytes_per_token: float  # single stream
+    ceiling_tok_s: float  # single stream, bandwidth only
+    resident_gb: float
+    kv_cache_gb: float
+    budget_gb: float
+    fits: bool
+    kv_cache_dtype: str
+    flags: list[str] = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+    checkpoint: str = ""
+    quantize_with: str = ""
+    tensor_parallel: object | None = None
+    rank: int = 0
+
+    def serve_command(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(self.env.items()))
+        parts = ["vllm", "serve", shlex.quote(self.checkpoint)] + [shlex.quote(f) for f in self.flags]
+        return (env + " " if env else "") + " ".join(parts)
+
+    def to_json(self) -> dict:
+        out = {
+            "rank": self.rank, "format": self.format, "format_label": format_label(self.format),
+            "recipe": self.recipe, "backend": self.backend.name, "backend_source": self.backend.source,
+            "linear_backend": self.backend.linear_backend, "moe_backend": self.backend.moe_backend,
+            "gemm_compute": self.backend.compute,
+            "single_stream_tok_s": self.single_stream_tok_s, "aggregate_tok_s": self.aggregate_tok_s,
+            "aggregate_bound": self.aggregate_bound, "weight_bytes": self.weight_bytes,
+            "bytes_per_token": self.bytes_per_token, "ceiling_tok_s": self.ceiling_tok_s,
+            "resident_gb": self.resident_gb, "kv_cache_gb": self.kv_cache_gb, "budget_gb": self.budget_gb,
+            "fits": self.fits, "kv_cache_dtype": self.kv_cache_dtype, "flags": list(self.flags),
+            "env": dict(self.env), "reasons": list(self.reasons), "checkpoint": self.checkpoint,
+            "quantize_with": self.quantize_with, "serve_command": self.serve_command(),
+        }
+        if self.tensor_parallel is not None:
+            out["tensor_parallel"] = self.tensor_parallel.to_json()
+        return out
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+def _tflops(hardware: Hardware, compute: str) -> float:
+    """Tensor throughput for a compute format; a device without it runs the GEMM in BF16."""
+    return hardware.tensor_tflops.get(compute) or hardware.tensor_tflops.get("bf16") or 1.0
+
+
+def flops_per_token(inventory: Inventory, traffic1: Traffic, hardware: Hardware, backend: Backend,
+                    target: str, context: int) -> float:
+    """Seconds of tensor-core time per token (at full utilization), summed over modules by the
+    compute format each runs in, plus attention over the context."""
+    cfg = rules()["compute"]
+    shape = inventory.shape
+    seconds = 0.0
+    for module, moved in zip(inventory.modules, traffic1.modules):
+        if module.role in ("embedding", "vision", "audio", "mtp", "norm", "conv1d") or not module.params:
+            continue
+        fraction = moved.read_fraction if module.role == "moe_experts" else 1.0
+        if module.role == "moe_experts" and shape.num_experts and shape.experts_per_token:
+            fraction = shape.experts_per_token / shape.num_experts  # each token runs top_k experts
+        if module.format == target:
+            compute = backend.compute
+        else:
+            compute = get_format(module.format).compute if module.format in _known_formats() else "bf16"
+        seconds += 2 * module.params * fraction / (_tflops(hardware, compute) * 1e12)
+    cfg_text = text_config(inventory.config)
+    q_heads = int(cfg_text.get("num_attention_heads") or 0)
+    for layer in shape.attention:
+        span = min(context, layer.window or context)
+        seconds += cfg["attention_flops_per_head_dim"] * q_heads * layer.head_dim * span / (_tflops(hardware, "bf16") * 1e12)
+    return seconds / cfg["utilization"]
+
+
+@functools.lru_cache(maxsize=1)
+def _known_formats() -> frozenset:
+    return frozenset(formats())
+
+
+def step_seconds(inventory: Inventory, hardware: Hardware, backend: Backend, target: str, batch: int,
+                 context: int, kv_cache_dtype: str, tp=None) -> tuple[float, str, Traffic]:
+    """(seconds per decode step of `batch` sequences, what bounds it, the traffic)."""
+    traffic = compute_traffic(inventory, Scenario(batch=batch, context=context, kv_cache_dtype=kv_cache_dtype))
+    bytes_per_step = traffic.bytes_per_token * batch
+    efficiency = hardware.efficiency * backend.relative_efficiency
+    comm = 0.0
+    ranks = 1
+    if tp is not None and tp.ranks > 1:
+        split = tensor_parallel(inventory, traffic, hardware, tp.ranks, tp.link)
+        bytes_per_step = split.bytes_per_token_per_rank * batch
+        comm = split.comm_seconds_per_step
+        ranks = tp.ranks
+    memory = bytes_per_step / (hardware.bandwidth_gbps * 1e9 * efficiency)
+    traffic1 = traffic if batch == 1 else compute_traffic(inventory, Scenario(batch=1, context=context,
+                                                                              kv_cache_dtype=kv_cache_dtype))
+    compute = batch * flops_per_token(inventory, traffic1, hardware, backend, target, context) / ranks
+    bound = "compute" if compute > memory else "memory"
+    return max(memory, compute) + comm, bound, traffic
+
+
+# --------------------------------------------------------------------------- reasons
+
+def _kind(inventory: Inventory) -> str:
+    shape = inventory.shape
+    kinds = {r.kind for r in shape.recurrent}
+    label = []
+    if "gdn" in kinds:
+        label.append("GDN hybrid")
+    if "mamba" in kinds:
+        label.append("Mamba hybrid")
+    if shape.num_experts:
+        label.append("MoE")
+    return " ".join(label) if label else "dense"
+
+
+def _residual_reasons(sim: Inventory, traffic: Traffic, target: str, fp8_bpt: float | None) -> list[str]:
+    if not get_format(target).quantized or get_format(target).weights > 4:
+        return []
+    threshold = rules()["residual"]["min_share"]
+    total = traffic.bytes_per_token or 1.0
+    by_label: dict[tuple[str, str], list[float]] = {}
+    for module, moved in zip(sim.modules, traffic.modules):
+        if module.format == target or module.role in ("embedding", "vision", "audio"):
+            continue
+        key = (short_label(module.name) if module.role != "moe_experts" else "experts", module.format)
+        entry = by_label.setdefault(key, [0.0, 0.0])
+        entry[0] += module.nbytes if not module.tied_to else 0
+        entry[1] += moved.bytes_per_token
+    kept = [(label, fmt, resident, per_token) for (label, fmt), (resident, per_token) in by_label.items()
+            if per_token / total >= threshold]
+    kept.sort(key=lambda item: -item[3])
+    out = []
+    for label, fmt, resident, per_token in kept[:2]:
+        sentence = (f"{label} stays {format_label(fmt)}: {per_token / 1e9:.2f} GB = {100 * per_token / total:.0f}% "
+                    f"of bytes/token")
+        if fp8_bpt:
+            sentence += f"; {format_label(target)} buys only +{100 * (fp8_bpt / total - 1):.0f}% over FP8"
+        out.append(sentence)
+    return out
+
+
+def _cuda_graph_reason(sim: Inventory, traffic: Traffic, hardware: Hardware) -> tuple[str, bool]:
+    """(reason, keep graphs on matters)."""
+    cfg = rules()["cuda_graphs"]
+    kind = _kind(sim)
+    gain = None
+    if applies_to(hardware):
+        try:
+            result = estimate(sim, traffic, hardware)
+            gain = result.graph_tok_s / result.eager_tok_s - 1 if result.eager_tok_s else None
+        except RooflineError:  # nothing to time: the rule by model kind still stands
+            gain = None
+    if gain is None:
+        matters = kind != "dense"
+    else:
+        matters = gain >= cfg["min_gain"]
+    if matters:
+        reason = cfg["reason_moe"].format(kind=kind)
+        if gain is not None:
+            reason += f" (modelled: eager would lose {100 * gain / (1 + gain):.0f}%)"
+        return reason, True
+    return cfg["reason_dense"], False
+
+
+# --------------------------------------------------------------------------- the ranking
+
+def _checkpoint_name(base: Inventory, target: str, recipe: str) -> tuple[str, str]:
+    """(what to serve, how to make it)."""
+    base_formats = {m.format for m in base.modules if m.params and m.role not in ("embedding", "norm")}
+    quantized = {f for f in base_formats if f not in PLAIN}
+    if target in PLAIN and not quantized:
+        return base.model_id, ""
+    if quantized == {target}:
+        return base.model_id, ""
+    name = base.model_id.rstrip("/").rsplit("/", 1)[-1]
+    made = producer(target)
+    suffix = {"nvfp4-w4a16": "NVFP4A16", "nvfp4-w4a4": "NVFP4", "fp8": "FP8-dynamic", "mxfp4": "MXFP4",
+              "int4-awq": "AWQ", "int4": "W4A16", "int8": "W8A8", "fp8-block": "FP8"}.get(target, target)
+    return f"./{name}-{suffix}", f"{made.tool}; recipe {recipe}"
+
+
+def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: list[str],
+              recipe_names: list[str]) -> tuple[list[Recommendation], list[str]]:
+    """Ranked recommendations, best first, and notes about combinations that were dropped."""
+    workload = workload.validate()
+    cfg = rules()
+    notes: list[str] = []
+    tp = None
+    if workload.tp > 1:
+        tp = _TP(workload.tp, get_link(workload.link, hardware))
+    has_fp8 = "fp8" in hardware.tensor_tflops
+    results: list[Recommendation] = []
+    seen: dict[tuple, str] = {}
+    sims: dict[tuple[str, str], tuple[Inventory, Traffic]] = {}
+    for recipe_name in recipe_names:
+        recipe = get_recipe(recipe_name)
+        for fmt in formats:
+            sim = simulate(base, fmt, recipe)
+            signature = (fmt, tuple(m.format for m in sim.modules))
+            if signature in seen:  # e.g. BF16 is the same under every recipe
+                continue
+            seen[signature] = recipe_name
+            kv = workload.kv_cache_dtype
+            if kv == "auto":
+                kv = "fp8" if has_fp8 and _kv_share(sim, workload.context) >= cfg["kv_cache"]["min_share"] else "auto"
+            traffic1 = compute_traffic(sim, Scenario(batch=1, context=workload.context, kv_cache_dtype=kv))
+            sims[(fmt, recipe_name)] = (sim, traffic1)
+            candidates = backends_for(fmt, hardware)
+            if not candidates:
+                notes.append(f"{format_label(fmt)}: no vLLM kernel for it on {hardware.name} "
+                             f"(compute capability {hardware.compute_capability})")
+                continue
+            for backend in candidates:
+                results.append(_evaluate(base, sim, traffic1, hardware, workload, fmt, recipe_name, backend, kv, tp))
+    # reasons that compare candidates
+    for rec in results:
+        sim, traffic1 = sims[(rec.format, rec.recipe)]
+        fp8 = sims.get(("fp8", rec.recipe))
+        rec.reasons[:0] = _residual_reasons(sim, traffic1, rec.format, fp8[1].bytes_per_token if fp8 else None)
+    key = (lambda r: (r.fits, r.aggregate_tok_s, r.single_stream_tok_s)) if workload.concurrency > 1 else \
+        (lambda r: (r.fits, r.single_stream_tok_s, r.aggregate_tok_s))
+    results.sort(key=key, reverse=True)
+    for i, rec in enumerate(results, 1):
+        rec.rank = i
+    return results, notes
+
+
+@dataclass
+class _TP:
+    ranks: int
+    link: object
+
+
+def _kv_share(sim: Inventory, context: int) -> float:
+    traffic = compute_traffic(sim, Scenario(batch=1, context=context))
+    return traffic.kv_bytes_per_token / traffic.bytes_per_token if traffic.bytes_per_token else 0.0
+
+
+def _evaluate(base: Inventory, sim: Inventory, traffic1: Traffic, hardware: Hardware, workload: Workload, fmt: str,
+              recipe: str, backend: Backend, kv: str, tp) -> Recommendation:
+    cfg = rules()
+    n, context = workload.concurrency, workload.context
+    single, _, _ = step_seconds(sim, hardware, backend, fmt, 1, context, kv, tp)
+    step_n, bound, traffic_n = step_seconds(sim, hardware, backend, fmt, n, context, kv, tp)
+    # memory: weights (+ per rank) + KV cache and state for n sequences + vLLM overhead
+    weights = sim.weight_bytes
+    kv_per_seq = traffic1.kv_bytes_per_token  # bytes of one sequence's KV cache at `context`
+    state_per_seq = traffic1.state_bytes_per_token / 2  # read + written per step; resident once
+    cache = (kv_per_seq + state_per_seq) * n
+    tp_result = None
+    if tp is not None:
+        tp_result = tensor_parallel(sim, traffic_n, hardware, tp.ranks, tp.link)
+        weights_on_rank = tp_result.bytes_per_rank
+        kv_split = min(tp.ranks, max(min((a.kv_heads for a in sim.shape.attention), default=tp.ranks), 1))
+        cache = kv_per_seq * n / kv_split + state_per_seq * n / tp.ranks
+    else:
+        weights_on_rank = weights
+    memory_cfg = cfg["memory"]
+    budget = workload.memory_budget_gb or hardware.usable_memory_gb * memory_cfg["gpu_memory_utilization"]
+    resident = (weights_on_rank + cache) / 1e9 + memory_cfg["overhead_gb"]
+    fits = resident <= budget
+    checkpoint, quantize_with = _checkpoint_name(base, fmt, recipe)
+    rec = Recommendation(
+        format=fmt, recipe=recipe, backend=backend, single_stream_tok_s=1 / single,
+        aggregate_tok_s=n / step_n, aggregate_bound=bound, weight_bytes=weights,
+        bytes_per_token=traffic1.bytes_per_token,
+        ceiling_tok_s=hardware.bandwidth_gbps * 1e9 / traffic1.bytes_per_token if traffic1.bytes_per_token else 0.0,
+        resident_gb=resident, kv_cache_gb=cache / 1e9, budget_gb=budget, fits=fits, kv_cache_dtype=kv,
+        checkpoint=checkpoint, quantize_with=quantize_with, tensor_parallel=tp_result)
+    flags = [f"--max-model-len={context}"]
+    if n > 1:
+        flags.append(f"--max-num-seqs={n}")
+    if kv == "fp8":
+        flags.append("--kv-cache-dtype=fp8")
+        rec.reasons.append(cfg["kv_cache"]["reason"].format(share=100 * _kv_share(sim, context), context=context))
+    if backend.linear_backend:
+        flags.append(f"--linear-backend={backend.linear_backend}")
+    if backend.moe_backend and sim.shape.num_experts:
+        flags.append(f"--moe-backend={backend.moe_backend}")
+    if workload.memory_budget_gb:
+        flags.append(f"--gpu-memory-utilization={min(0.95, workload.memory_budget_gb / hardware.usable_memory_gb):.2f}")
+    if tp is not None:
+        flags.append(f"--tensor-parallel-size={tp.ranks}")
+        if tp.link.key.startswith("cx7"):
+            flags.append("--distributed-executor-backend=ray")
+    spec = cfg["speculative"]
+    if sim.shape.mtp_layers:
+        if get_format(fmt).weights >= spec["max_weight_bits_for_mtp"]:
+            flags.append(f"--speculative-config={spec['config']}")
+            rec.reasons.append(spec["reason_on"])
+        else:
+            rec.reasons.append(spec["reason_off"])
+    rec.flags = flags
+    if backend.reason:
+        rec.reasons.append(backend.reason)
+    if backend.requires:
+        rec.reasons.append(f"needs {backend.requires}")
+    graph_reason, _ = _cuda_graph_reason(sim, traffic1, hardware)
+    rec.reasons.append(graph_reason)
+    if n > 1:
+        rec.reasons.append(f"at {n} concurrent sequences the step is {bound}-bound "
+                           f"({format_label(fmt)} GEMMs run on {backend.compute.upper()} tensor cores)")
+    if not fits:
+        rec.reasons.append(f"does not fit: {resident:.1f} GB needed (weights {weights_on_rank / 1e9:.1f} GB + "
+                           f"KV/state {cache / 1e9:.1f} GB at {n} x {context} tokens) > {budget:.1f} GB")
+    if tp_result is not None:
+        rec.reasons.append(
+            f"TP={tp.ranks} over {tp.link.name}: {tp_result.allreduces_per_token} all-reduces per step cost "
+            f"{1e3 * tp_result.comm_seconds_per_step:.2f} ms; {tp_result.bytes_per_rank / 1e9:.1f} GB weights per rank "
+            f"({tp_result.replicated_bytes / 1e9:.2f} GB replicated)")
+    return rec
+
+
+# --------------------------------------------------------------------------- the plan
+
+SCHEMA = "roofline.plan/1"
+
+
+@dataclass
+class Plan:
+    inventory: Inventory
+    hardware: Hardware
+    workload: Workload
+    simulated: list  # roofline.advise.simulate.SimulatedFormat, single stream
+    recommendations: list[Recommendation]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def top(self) -> Recommendation | None:
+        return self.recommendations[0] if self.recommendations else None
+
+    def to_json(self) -> dict:
+        inv, hw, w = self.inventory, self.hardware, self.workload
+        return {
+            "schema": SCHEMA, "roofline_version": __version__, "model": inv.model_id, "source": inv.source,
+            "architecture": inv.shape.architecture,
+            "hardware": {"key": hw.key, "name": hw.name, "bandwidth_gbps": hw.bandwidth_gbps,
+                         "compute_capability": hw.compute_capability, "usable_memory_gb": hw.usable_memory_gb,
+                         "efficiency": hw.efficiency, "efficiency_kind": hw.efficiency_kind},
+            "workload": {"concurrency": w.concurrency, "context": w.context, "kv_cache_dtype": w.kv_cache_dtype,
+                         "memory_budget_gb": w.memory_budget_gb, "tp": w.tp, "link": w.link},
+            "simulated": [
+                {"format": s.format, "format_label": format_label(s.format), "recipe": s.recipe,
+                 "weight_bytes": s.weight_bytes, "bytes_per_token": s.bytes_per_token,
+                 "ceiling_tok_s": s.ceiling_tok_s, "expected_tok_s": s.expected_tok_s}
+                for s in self.simulated
+            ],
+            "recommendations": [r.to_json() for r in self.recommendations],
+            "top_pick": self.top.to_json() if self.top else None,
+            "notes": list(self.notes),
+        }
+
+
+def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], recipes: list[str],
+               concurrency: int = 1, context: int = 4096, kv_cache_dtype: str = "auto",
+               memory_budget_gb: float | None = None, tp: int = 1, link: str | None = None) -> Plan:
+    for fmt in formats:
+        get_format(fmt)
+    for name in recipes:
+        get_recipe(name)
+    workload = Workload(concurrency, context, kv_cache_dtype, memory_budget_gb, tp, link).validate()
+    kv = kv_cache_dtype if kv_cache_dtype != "auto" else ("fp8" if "fp8" in hardware.tensor_tflops else "auto")
+    simulated = simulate_all(inventory, formats, recipes, Scenario(batch=1, context=context, kv_cache_dtype=kv),
+                             hardware)
+    recommendations, notes = recommend(inventory, hardware, workload, formats, recipes)
+    return Plan(inventory, hardware, workload, simulated, recommendations, notes)

@@ -1,0 +1,548 @@
+"""Measured decode speed of a running OpenAI-compatible server (vLLM, SGLang, llama.cpp, ...).
+
+One request = one streamed completion with a fixed `max_tokens`, temperature 0 and, where the
+server takes it, `ignore_eos`, so every run decodes the same number of tokens. Times come from
+when each streamed chunk arrives here:
+
+    TTFT          request sent -> first token             (prefill + queueing + network)
+    decode tok/s  tokens after the first / (last arrival - first arrival)
+
+so prefill never dilutes the decode rate. Token counts come from the server's per-chunk usage
+(`stream_options.continuous_usage_stats`, vLLM) where it sends it; otherwise each chunk that
+carries text counts as one token and the final `usage` block, when present, corrects the total.
+
+Standard library only (http.client + threads): the client must not perturb the measurement, and
+`roofline bench` must run in the smallest environment.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import statistics
+import threading
+import time
+import urllib.parse
+from dataclasses import asdict, dataclass, field
+
+from roofline.errors import RooflineError
+
+SCHEMA = "roofline.bench/1"
+# A prompt of common words; its token count is whatever the server's tokenizer makes of it
+# (reported back from `usage.prompt_tokens`).
+DEFAULT_PROMPT = "The history of the printing press begins"
+# vLLM-only request fields; a strict server answers 400 to them and the bench retries without
+VLLM_EXTRAS = ("ignore_eos", "stream_options.continuous_usage_stats")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    url: str  # base URL of the API, e.g. http://127.0.0.1:8000/v1
+    model: str | None = None  # served model name; None: the only one /models lists
+    api: str = "completions"  # completions | chat
+    prompt: str = DEFAULT_PROMPT
+    max_tokens: int = 128
+    runs: int = 5
+    warmup: int = 1
+    timeout_s: float = 60.0  # per request: connect, every read, and the whole stream
+    ignore_eos: bool = True
+    concurrency: tuple[int, ...] = ()  # sweep levels beyond single-stream, e.g. (1, 2, 4)
+    sweep_rounds: int = 3  # times each concurrency level is run (median aggregate reported)
+
+    def validate(self) -> "BenchConfig":
+        if self.api not in ("completions", "chat"):
+            raise RooflineError(f"unknown --api {self.api!r}; use completions or chat")
+        if self.max_tokens < 2:
+            raise RooflineError("--max-tokens must be at least 2 (decode speed needs two token arrivals)")
+        if self.runs < 1:
+            raise RooflineError("--runs must be at least 1")
+        if self.warmup < 0:
+            raise RooflineError("--warmup must be non-negative")
+        if self.timeout_s <= 0:
+            raise RooflineError("--timeout must be positive")
+        if self.sweep_rounds < 1:
+            raise RooflineError("--sweep-rounds must be at least 1")
+        if any(c < 1 for c in self.concurrency):
+            raise RooflineError("--concurrency levels must be at least 1")
+        split_url(self.url)
+        return self
+
+
+@dataclass
+class RunResult:
+    """One streamed request. `error` is None for a run that completed."""
+
+    ok: bool
+    error: str | None = None
+    ttft_s: float | None = None
+    decode_tok_s: float | None = None
+    completion_tokens: int = 0
+    prompt_tokens: int | None = None
+    total_s: float | None = None
+    chunks: int = 0
+    finish_reason: str | None = None
+    # (seconds since the request was sent, completion tokens so far) per chunk that had tokens
+    arrivals: list[tuple[float, int]] = field(default_factory=list)
+
+    def to_json(self, with_arrivals: bool = False) -> dict:
+        out = asdict(self)
+        if not with_arrivals:
+            out.pop("arrivals")
+        return out
+
+
+@dataclass
+class Stats:
+    median: float
+    min: float
+    max: float
+    n: int
+
+
+def stats(values: list[float]) -> Stats | None:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return Stats(statistics.median(values), min(values), max(values), len(values))
+
+
+@dataclass
+class LevelResult:
+    """One concurrency level: `concurrency` requests released together, a few rounds."""
+
+    concurrency: int
+    runs: list[RunResult]
+    walls_s: list[float]  # per round: first request sent -> last stream ended
+    aggregate: Stats | None  # per round: all completion tokens / wall time (prefill included)
+    per_stream_decode: Stats | None
+
+    @property
+    def aggregate_tok_s(self) -> float | None:
+        return self.aggregate.median if self.aggregate else None
+
+    def to_json(self) -> dict:
+        return {
+            "concurrency": self.concurrency, "rounds": len(self.walls_s), "walls_s": self.walls_s,
+            "aggregate_tok_s": asdict(self.aggregate) if self.aggregate else None,
+            "per_stream_decode_tok_s": asdict(self.per_stream_decode) if self.per_stream_decode else None,
+            "completed": sum(r.ok for r in self.runs), "failed": sum(not r.ok for r in self.runs),
+            "errors": sorted({r.error for r in self.runs if r.error}),
+        }
+
+
+@dataclass
+class BenchResult:
+    config: BenchConfig
+    model: str
+    runs: list[RunResult]
+    server_version: str | None = None
+    ignore_eos_applied: bool = True
+    sweep: list[LevelResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    started_at: str = ""
+
+    @property
+    def completed(self) -> list[RunResult]:
+        return [r for r in self.runs if r.ok]
+
+    @property
+    def decode(self) -> Stats | None:
+        return stats([r.decode_tok_s for r in self.completed])
+
+    @property
+    def ttft(self) -> Stats | None:
+        return stats([r.ttft_s for r in self.completed])
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        values = [r.prompt_tokens for r in self.completed if r.prompt_tokens is not None]
+        return int(statistics.median(values)) if values else None
+
+    @property
+    def completion_tokens(self) -> int | None:
+        values = [r.completion_tokens for r in self.completed]
+        return int(statistics.median(values)) if values else None
+
+    @property
+    def mean_context(self) -> int | None:
+        """Tokens in the KV cache averaged over the decode: prompt + half the completion."""
+        if self.prompt_tokens is None or self.completion_tokens is None:
+            return None
+        return self.prompt_tokens + self.completion_tokens // 2
+
+    def to_json(self) -> dict:
+        cfg = asdict(self.config)
+        cfg["concurrency"] = list(self.config.concurrency)
+        return {
+            "schema": SCHEMA,
+            "started_at": self.started_at,
+            "url": self.config.url,
+            "model": self.model,
+            "server_version": self.server_version,
+            "config": cfg,
+            "ignore_eos_applied": self.ignore_eos_applied,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "mean_context": self.mean_context,
+            "decode_tok_s": asdict(self.decode) if self.decode else None,
+            "ttft_s": asdict(self.ttft) if self.ttft else None,
+            "completed": len(self.completed),
+            "failed": len(self.runs) - len(self.completed),
+            "runs": [r.to_json() for r in self.runs],
+            "sweep": [level.to_json() for level in self.sweep],
+            "notes": list(self.notes),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP
+
+def split_url(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, base path) of the API; a URL without a path gets /v1."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise RooflineError(f"--url {url!r}: give the API base such as http://127.0.0.1:8000/v1")
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        raise RooflineError(f"--url {url!r}: bad port") from None
+    path = parsed.path.rstrip("/") or "/v1"
+    return parsed.scheme, parsed.hostname, port, path
+
+
+class _Connection:
+    """One HTTP connection per request (streams are not pipelined), with the errors a user
+    can act on turned into one sentence."""
+
+    def __init__(self, url: str, timeout_s: float, base: str | None = None):
+        self.url = url
+        self.scheme, self.host, self.port, self.base = split_url(url)
+        if base is not None:  # a path outside the API base, such as vLLM's /version
+            self.base = base
+        self.timeout_s = timeout_s
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        self.conn = cls(self.host, self.port, timeout=timeout_s)
+
+    def where(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def request(self, method: str, path: str, body: dict | None = None) -> http.client.HTTPResponse:
+        headers = {"Accept": "text/event-stream, application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        try:
+            self.conn.request(method, self.base + path, body=data, headers=headers)
+            return self.conn.getresponse()
+        except ConnectionRefusedError:
+            raise RooflineError(f"connection refused by {self.where()}: is the server running?") from None
+        except socket.timeout:
+            raise RooflineError(f"no answer from {self.where()} within {self.timeout_s:g} s") from None
+        except (socket.gaierror, OSError, http.client.HTTPException) as exc:
+            raise RooflineError(f"cannot reach {self.url}: {exc}") from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _http_error(resp: http.client.HTTPResponse, path: str) -> RooflineError:
+    try:
+        body = resp.read(4096).decode("utf-8", "replace")
+    except (OSError, http.client.HTTPException):
+        body = ""
+    message = body.strip()
+    try:
+        parsed = json.loads(body)
+        err = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
+        message = err.get("message", message) if isinstance(err, dict) else str(err)
+    except (ValueError, AttributeError):
+        pass
+    message = " ".join(str(message).split())[:300]
+    return RooflineError(f"HTTP {resp.status} {resp.reason} from {path}" + (f": {message}" if message else ""))
+
+
+def get_json(url: str, path: str, timeout_s: float, base: str | None = None) -> dict:
+    conn = _Connection(url, timeout_s, base)
+    try:
+        resp = conn.request("GET", path)
+        if resp.status != 200:
+            raise _http_error(resp, conn.base + path)
+        try:
+            return json.loads(resp.read())
+        except ValueError:
+            raise RooflineError(f"{conn.base + path} did not answer JSON") from None
+        except socket.timeout:
+            raise RooflineError(f"no answer from {conn.where()} within {timeout_s:g} s") from None
+    finally:
+        conn.close()
+
+
+def resolve_model(url: str, model: str | None, timeout_s: float) -> str:
+    """The served model: the one given, else the only one /models lists."""
+    if model:
+        return model
+    listing = get_json(url, "/models", timeout_s)
+    names = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict) and m.get("id")]
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise RooflineError(f"{url}/models lists no model; give --model")
+    raise RooflineError(f"the server serves {len(names)} models ({', '.join(names)}); pick one with --model")
+
+
+def server_version(url: str, timeout_s: float) -> str | None:
+    """vLLM answers /version (outside /v1); other servers may not: then None."""
+    try:
+        return str(get_json(url, "/version", min(timeout_s, 5.0), base="").get("version")) or None
+    except (RooflineError, AttributeError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaming
+
+def request_body(cfg: BenchConfig, model: str, vllm_extras: bool) -> dict:
+    body: dict = {"model": model, "max_tokens": cfg.max_tokens, "temperature": 0, "stream": True,
+                  "stream_options": {"include_usage": True}}
+    if cfg.api == "chat":
+        body["messages"] = [{"role": "user", "content": cfg.prompt}]
+    else:
+        body["prompt"] = cfg.prompt
+    if vllm_extras:
+        body["stream_options"]["continuous_usage_stats"] = True
+        if cfg.ignore_eos:
+            body["ignore_eos"] = True
+    return body
+
+
+class StreamDeadline(Exception):
+    """The whole stream took longer than the request timeout (while data kept coming)."""
+
+
+def iter_sse_data(resp, deadline: float):
+    """The `data:` payloads of a server-sent-event stream, as each event completes
+    (lines joined per the SSE spec; comments and other fields skipped). Ends at EOF."""
+    data_lines: list[str] = []
+    while True:
+        if time.monotonic() > deadline:
+            raise StreamDeadline
+        raw = resp.readline()
+        if not raw:
+            if data_lines:
+                yield "\n".join(data_lines)
+            return
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if line == "":
+            if data_lines:
+                yield "\n".join(data_lines)
+                data_lines = []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if name == "data":
+            data_lines.append(value[1:] if value.startswith(" ") else value)
+
+
+def _chunk_text(chunk: dict) -> tuple[bool, str | None]:
+    """(chunk carries generated text or token ids, finish_reason)."""
+    has_tokens, finish = False, None
+    for choice in chunk.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        if choice.get("text") or choice.get("token_ids"):
+            has_tokens = True
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and (delta.get("content") or delta.get("reasoning_content")
+                                        or delta.get("reasoning")):
+            has_tokens = True
+        finish = choice.get("finish_reason") or finish
+    return has_tokens, finish
+
+
+def stream_once(cfg: BenchConfig, model: str, vllm_extras: bool = True) -> RunResult:
+    """One streamed request; every failure is a RunResult with `error` set, never an exception,
+    so one bad run does not lose the others."""
+    conn = _Connection(cfg.url, cfg.timeout_s)
+    path = "/chat/completions" if cfg.api == "chat" else "/completions"
+    run = RunResult(ok=False)
+    t0 = time.monotonic()
+    deadline = t0 + cfg.timeout_s
+    done = False
+    usage_counts = False  # the server sends cumulative completion_tokens per chunk
+    counted = 0
+    try:
+        try:
+            resp = conn.request("POST", path, request_body(cfg, model, vllm_extras))
+        except RooflineError as exc:
+            run.error = str(exc)
+            return run
+        if resp.status != 200:
+            err = _http_error(resp, conn.base + path)
+            run.error = str(err)
+            run.finish_reason = f"http_{resp.status}"
+            return run
+        try:
+            for data in iter_sse_data(resp, deadline):
+                now = time.monotonic() - t0
+                if data.strip() == "[DONE]":
+                    done = True
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    run.error = f"malformed stream event after {counted} tokens: {data[:80]!r}"
+                    return run
+                if not isinstance(chunk, dict):
+                    continue
+                if "error" in chunk:
+                    err = chunk["error"]
+                    msg = err.get("message", err) if isinstance(err, dict) else err
+                    run.error = f"server error mid-stream after {counted} tokens: {' '.join(str(msg).split())[:300]}"
+                    return run
+                run.chunks += 1
+                usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else None
+                has_tokens, finish = _chunk_text(chunk)
+                if finish:
+                    run.finish_reason = finish
+                if usage and usage.get("prompt_tokens") is not None:
+                    run.prompt_tokens = int(usage["prompt_tokens"])
+                if usage and usage.get("completion_tokens") is not None and chunk.get("choices"):
+                    # per-chunk usage (vLLM continuous_usage_stats): exact cumulative counts,
+                    # empty-text tokens included
+                    usage_counts = True
+                    total = int(usage["completion_tokens"])
+                    if total > counted:
+                        counted = total
+                        run.arrivals.append((now, counted))
+                elif has_tokens and not usage_counts:
+                    counted += 1
+                    run.arrivals.append((now, counted))
+                elif usage and usage.get("completion_tokens") is not None:
+                    # the final usage-only chunk: the true total
+                    final = int(usage["completion_tokens"])
+                    if not usage_counts and final != counted and run.arrivals and counted:
+                        # chunks carried several tokens each (or some were empty): scale the
+                        # arrival counts so the last equals the server's total
+                        scale = final / counted
+                        run.arrivals = [(t, round(n * scale)) for t, n in run.arrivals]
+                    counted = max(counted, final) if usage_counts else final
+        except StreamDeadline:
+            run.error = f"stream still running after {cfg.timeout_s:g} s, {counted} tokens received (raise --timeout)"
+            return run
+        except socket.timeout:  # one read waited the whole timeout
+            run.error = f"timed out: no data for {cfg.timeout_s:g} s after {counted} tokens"
+            return run
+        except (OSError, http.client.HTTPException) as exc:
+            run.error = f"stream broke after {counted} tokens: {exc.__class__.__name__}: {exc}".rstrip(": ")
+            return run
+        run.total_s = time.monotonic() - t0
+        run.completion_tokens = counted
+        if not done:
+            run.error = f"stream ended after {counted} tokens without [DONE]"
+            return run
+        if len(run.arrivals) < 2 or run.arrivals[-1][1] <= run.arrivals[0][1]:
+            run.error = f"only {counted} token(s) arrived; need at least two token arrivals to time decode"
+            return run
+        t_first, n_first = run.arrivals[0]
+        t_last, n_last = run.arrivals[-1]
+        run.ttft_s = t_first
+        if t_last <= t_first:
+            run.error = "all tokens arrived at once (the server buffers its stream); cannot time decode"
+            return run
+        run.decode_tok_s = (n_last - n_first) / (t_last - t_first)
+        run.ok = True
+        return run
+    finally:
+        conn.close()
+
+
+def _concurrent(cfg: BenchConfig, model: str, n: int, vllm_extras: bool) -> tuple[list[RunResult], float]:
+    """n requests released together (a barrier), each on its own thread."""
+    results: list[RunResult | None] = [None] * n
+    barrier = threading.Barrier(n)
+
+    def worker(i: int) -> None:
+        try:
+            barrier.wait(timeout=cfg.timeout_s)
+        except threading.BrokenBarrierError:
+            pass
+        try:
+            results[i] = stream_once(cfg, model, vllm_extras)
+        except Exception as exc:  # a thread must never die silently: record it
+            results[i] = RunResult(ok=False, error=f"{exc.__class__.__name__}: {exc}")
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(cfg.timeout_s + 5)
+    wall = time.monotonic() - t0
+    return [r or RunResult(ok=False, error="request thread did not finish") for r in results], wall
+
+
+def run_bench(cfg: BenchConfig, progress=None) -> BenchResult:
+    """Warm-up, `runs` single-stream requests, then the optional concurrency sweep.
+    Raises RooflineError only when nothing could be measured; failed runs are kept and counted."""
+    cfg = cfg.validate()
+    say = progress or (lambda message: None)
+    model = resolve_model(cfg.url, cfg.model, cfg.timeout_s)
+    result = BenchResult(config=cfg, model=model, runs=[], server_version=server_version(cfg.url, cfg.timeout_s),
+                         started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    # The first request also finds out whether the server takes vLLM's extra fields.
+    vllm_extras = True
+    for i in range(max(cfg.warmup, 1)):
+        run = stream_once(cfg, model, vllm_extras)
+        if not run.ok and vllm_extras and run.finish_reason in ("http_400", "http_422"):
+            vllm_extras = False
+            result.ignore_eos_applied = False
+            result.notes.append(f"server refused vLLM's extra fields ({', '.join(VLLM_EXTRAS)}): "
+                                f"{run.error}; measuring without them")
+            run = stream_once(cfg, model, vllm_extras)
+        if not run.ok and run.error and run.error.startswith(("connection refused", "cannot reach", "HTTP")):
+            raise RooflineError(run.error)
+        if i < cfg.warmup:
+            say(f"warm-up {i + 1}/{cfg.warmup}: " + (f"{run.completion_tokens} tokens" if run.ok else run.error))
+        else:  # --warmup 0: the probe request is a measured run
+            result.runs.append(run)
+    if not cfg.ignore_eos:
+        result.ignore_eos_applied = False
+
+    while len(result.runs) < cfg.runs:
+        run = stream_once(cfg, model, vllm_extras)
+        result.runs.append(run)
+        if run.ok:
+            say(f"run {len(result.runs)}/{cfg.runs}: {run.decode_tok_s:.1f} tok/s decode, "
+                f"TTFT {run.ttft_s * 1000:.0f} ms, {run.completion_tokens} tokens")
+        else:
+            say(f"run {len(result.runs)}/{cfg.runs} failed: {run.error}")
+
+    completed = result.completed
+    if not completed:
+        raise RooflineError(f"no run completed ({len(result.runs)} tried): {result.runs[0].error}")
+    short = [r for r in completed if r.completion_tokens < cfg.max_tokens]
+    if short:
+        result.notes.append(f"{len(short)} run(s) stopped before max_tokens ({cfg.max_tokens}), "
+                            f"finish_reason {short[0].finish_reason!r}: the server did not honour ignore_eos; "
+                            "decode tok/s is over the tokens that did arrive")
+    if result.ignore_eos_applied is False and not short and cfg.ignore_eos:
+        result.notes.append("ignore_eos was not sent; every run still reached max_tokens")
+
+    for level in cfg.concurrency:
+        runs, walls, aggregates = [], [], []
+        for _ in range(cfg.sweep_rounds):
+            round_runs, wall = _concurrent(cfg, model, level, vllm_extras)
+            runs += round_runs
+            walls.append(wall)
+            tokens = sum(r.completion_tokens for r in round_runs if r.ok)
+            if tokens and wall > 0:
+                aggregates.append(tokens / wall)
+        done = [r for r in runs if r.ok]
+        level_result = LevelResult(level, runs, walls, stats(aggregates), stats([r.decode_tok_s for r in done]))
+        result.sweep.append(level_result)
+        agg = f"{level_result.aggregate_tok_s:.1f} tok/s aggregate" if level_result.aggregate_tok_s else "no tokens"
+        say(f"concurrency {level}: {agg}, {len(done)}/{len(runs)} streams completed")
+    return result

@@ -1,0 +1,252 @@
+"""This host's achievable memory bandwidth, measured, so a CPU (or any GPU) can be validated
+against its own roof instead of a datasheet number.
+
+Two kernels, each over buffers far larger than any last-level cache:
+  copy  dst.copy_(src)          counts read + write = 2 x buffer bytes (the STREAM convention)
+  gemv  y = W @ x, W in fp32 / bf16    counts the matrix bytes: the access pattern of decode,
+                                       which reads every weight once per token
+Each is repeated; the best repetition is the roof (what the memory system can do when nothing
+else interferes), the median says how noisy the host is. The bandwidth saved is the best of all
+kernels: a ceiling must stay an upper bound.
+
+torch does the work (already a dependency; imported only here), on the CPU or a CUDA device.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field
+
+from roofline.errors import RooflineError
+from roofline.predict.hardware import user_hardware_file
+
+SCHEMA = "roofline.calibrate/1"
+GEMV_COLUMNS = 4096  # a hidden size of a mid-size LLM: rows x 4096 weights, like one projection
+
+
+@dataclass
+class KernelResult:
+    kernel: str  # copy | gemv_fp32 | gemv_bf16
+    bytes_moved: int  # per repetition
+    best_gbps: float
+    median_gbps: float
+    repetitions: int
+
+
+@dataclass
+class Calibration:
+    device: str  # cpu | cuda:0 ...
+    device_name: str
+    threads: int | None  # torch CPU threads (None on a GPU)
+    buffer_mb: float
+    kernels: list[KernelResult]
+    memory_gb: float
+    torch_version: str
+    measured_at: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> KernelResult:
+        return max(self.kernels, key=lambda k: k.best_gbps)
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        return self.best.best_gbps
+
+    def to_json(self) -> dict:
+        return {"schema": SCHEMA, **asdict(self), "bandwidth_gbps": self.bandwidth_gbps,
+                "bandwidth_kernel": self.best.kernel}
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def _host_memory_gb() -> float:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
+def _time(fn, repetitions: int, sync) -> list[float]:
+    fn()  # first touch / page faults / kernel selection: not measured
+    sync()
+    times = []
+    for _ in range(repetitions):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def measure(device: str = "auto", buffer_mb: float = 512, repetitions: int = 10,
+            threads: int | None = None, kernels: tuple[str, ...] = ("copy", "gemv_fp32", "gemv_bf16"),
+            progress=None) -> Calibration:
+    """Run the kernels; `buffer_mb` per buffer (MiB), which must dwarf the caches."""
+    try:
+        import torch
+    except ImportError:
+        raise RooflineError("roofline calibrate needs torch (pip install torch)") from None
+    say = progress or (lambda message: None)
+    if buffer_mb < 16:
+        raise RooflineError("--size-mb must be at least 16 (a smaller buffer measures the caches)")
+    if repetitions < 1:
+        raise RooflineError("--repetitions must be at least 1")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise RooflineError("--device cuda: torch sees no CUDA device")
+        dev = torch.device(device)
+        device_name = torch.cuda.get_device_name(dev)
+        memory_gb = torch.cuda.get_device_properties(dev).total_memory / 1e9
+        sync = lambda: torch.cuda.synchronize(dev)  # noqa: E731
+        used_threads = None
+    elif device == "cpu":
+        dev = torch.device("cpu")
+        if threads:
+            torch.set_num_threads(threads)
+        used_threads = torch.get_num_threads()
+        device_name = _cpu_name()
+        memory_gb = _host_memory_gb()
+        sync = lambda: None  # noqa: E731
+    else:
+        raise RooflineError(f"unknown --device {device!r}; use auto, cpu or cuda[:N]")
+
+    nbytes = int(buffer_mb * 2**20)
+    results = []
+    for kernel in kernels:
+        try:
+            if kernel == "copy":
+                src = torch.ones(nbytes, dtype=torch.uint8, device=dev)
+                dst = torch.empty_like(src)
+                times = _time(lambda: dst.copy_(src), repetitions, sync)
+                moved = 2 * nbytes
+                del src, dst
+            elif kernel.startswith("gemv_"):
+                dtype = {"gemv_fp32": torch.float32, "gemv_bf16": torch.bfloat16}[kernel]
+                rows = max(1, nbytes // (GEMV_COLUMNS * dtype.itemsize))
+                weight = torch.empty(rows, GEMV_COLUMNS, dtype=dtype, device=dev).uniform_(-1, 1)
+                x = torch.ones(1, GEMV_COLUMNS, dtype=dtype, device=dev)
+                linear = torch.nn.functional.linear  # the call a decode step makes per projection
+                times = _time(lambda: linear(x, weight), repetitions, sync)
+                moved = weight.numel() * dtype.itemsize
+                del weight, x
+            else:
+                raise RooflineError(f"unknown kernel {kernel!r}")
+        except (RuntimeError, MemoryError) as exc:  # e.g. out of memory for the buffer
+            raise RooflineError(f"calibrate {kernel} with {buffer_mb:g} MiB buffers failed: "
+                                f"{str(exc).splitlines()[0]}; try a smaller --size-mb") from None
+        best = moved / min(times) / 1e9
+        median = moved / statistics.median(times) / 1e9
+        results.append(KernelResult(kernel, moved, best, median, repetitions))
+        say(f"{kernel:10} best {best:8.2f} GB/s   median {median:8.2f} GB/s")
+
+    calibration = Calibration(device=str(dev), device_name=device_name, threads=used_threads,
+                              buffer_mb=buffer_mb, kernels=results, memory_gb=memory_gb,
+                              torch_version=torch.__version__, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    spread = [k.median_gbps / k.best_gbps for k in results if k.best_gbps > 0]
+    if spread and min(spread) < 0.7:
+        calibration.notes.append("median repetitions ran well below the best: the host is busy; "
+                                 "the best repetition is kept as the roof")
+    return calibration
+
+
+# ---------------------------------------------------------------------------------------------
+# Saving as a hardware entry the catalogue reads (roofline/predict/hardware.py: user entries)
+
+def hardware_entry(calibration: Calibration, name: str | None = None, efficiency: float = 0.75) -> dict:
+    """A catalogue entry (the fields of roofline/data/hardware.toml) for the measured device."""
+    on_gpu = calibration.device.startswith("cuda")
+    capability, tensor = "", {}
+    if on_gpu:
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(calibration.device)
+        capability = f"{major}.{minor}"
+    best = calibration.best
+    return {
+        "name": name or f"{calibration.device_name} (calibrated)",
+        "aliases": [],
+        "bandwidth_gbps": round(calibration.bandwidth_gbps, 3),
+        "bandwidth_source": (f"roofline calibrate {calibration.measured_at}: best of {best.repetitions} "
+                             f"{best.kernel} over {calibration.buffer_mb:g} MiB buffers on {calibration.device}"
+                             + (f", {calibration.threads} threads" if calibration.threads else "")
+                             + f", torch {calibration.torch_version}"),
+        "memory_gb": round(calibration.memory_gb, 2),
+        "usable_memory_gb": round(calibration.memory_gb * 0.9, 2),
+        "memory_source": "as the OS / driver reports it; usable: 90% of it (estimate)",
+        "compute_capability": capability,
+        "tensor_tflops": tensor,
+        "tensor_source": "not measured by roofline calibrate",
+        # a CPU host runs no CUDA kernels: the launch-cost model does not apply to it
+        "host": "x86_server" if on_gpu else "cpu",
+        "efficiency": efficiency,
+        "efficiency_kind": "prior",
+        "efficiency_source": ("prior (--efficiency): share of the calibrated roof a decode engine reaches on this "
+                              "host, not measured; `roofline validate` records measure it"),
+    }
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{escaped}"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _toml_key(key: str) -> str:
+    bare = key and all(c.isalnum() or c in "-_" for c in key)
+    return key if bare else _toml_value(key)
+
+
+def check_key(key: str) -> str:
+    if not key or not all(c.isalnum() or c in "-_" for c in key):
+        raise RooflineError(f"hardware key {key!r}: use letters, digits, '-' and '_'")
+    return key
+
+
+def save_entry(key: str, entry: dict, path: str | None = None) -> str:
+    """Insert or replace [key] in the user hardware file; the other entries are kept."""
+    path = path or user_hardware_file()
+    check_key(key)
+    table: dict = {}
+    if os.path.exists(path):
+        try:
+            with open(path, "rb") as fh:
+                table = tomllib.load(fh)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise RooflineError(f"{path}: cannot read the hardware file: {exc}") from None
+    table[key] = entry
+    lines = ["# roofline user hardware entries (written by `roofline calibrate --save`).",
+             "# Same fields as roofline/data/hardware.toml; entries here add to that catalogue.", ""]
+    for name, fields in table.items():
+        lines.append(f"[{_toml_key(name)}]")
+        lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in fields.items()]
+        lines.append("")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines))
+    os.replace(tmp, path)
+    return path

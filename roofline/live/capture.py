@@ -1,0 +1,183 @@
+"""`roofline capture`: load MODEL in a real vLLM (offline engine, child process) with the
+roofline.hooks plugin enabled, collect every rank's record, shut vLLM down, write one JSON.
+
+The parent never imports vLLM or torch. The child (`python -m roofline.live.capture MODEL
+[vllm args]`) parses the vLLM arguments with vLLM's own `EngineArgs` parser, so any
+`vllm serve` engine flag works (`--tensor-parallel-size 2`, `--quantization`,
+`--kv-cache-dtype fp8`, `--enforce-eager`, ...), starts an `LLMEngine` (which loads the model
+in every worker; the plugin records each rank), and shuts it down.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from roofline.errors import RooflineError
+
+ENV = "ROOFLINE_CAPTURE"  # the plugin's switch (roofline/hooks/plugin.py)
+PLUGIN_NAME = "roofline_capture"
+
+
+@dataclass
+class CaptureResult:
+    path: str
+    world_size: int
+    modules: int
+    seconds: float
+
+
+def run_capture(model: str, vllm_args: list[str], out: str, *, timeout: float = 1800.0,
+                python: str | None = None, verbose: bool = False,
+                env: dict[str, str] | None = None) -> CaptureResult:
+    """Start vLLM on MODEL in a child process with the capture plugin on, and write the
+    merged capture to OUT. Raises RooflineError with vLLM's last log lines if it fails."""
+    if not model:
+        raise RooflineError("no MODEL given")
+    out = os.path.abspath(out)
+    if os.path.isdir(out):
+        raise RooflineError(f"{out}: is a directory (give the capture JSON file to write)")
+    parent = os.path.dirname(out)
+    if not os.path.isdir(parent):
+        raise RooflineError(f"{parent}: no such directory")
+    work = tempfile.mkdtemp(prefix="roofline-capture-")
+    started = time.monotonic()
+    try:
+        target = os.path.join(work, "capture.json")
+        child_env = dict(os.environ if env is None else env)
+        child_env[ENV] = target
+        command = [python or sys.executable, "-m", "roofline.live.capture", model, *vllm_args]
+        tail = _run_child(command, child_env, timeout, verbose, os.path.join(work, "vllm.log"))
+        if not os.path.isfile(target) and not any(n.startswith("capture.rank") for n in os.listdir(work)):
+            raise RooflineError("vLLM loaded the model but the roofline plugin wrote nothing "
+                                f"(is roofline installed in the same environment as vLLM, and is "
+                                f"'{PLUGIN_NAME}' allowed by VLLM_PLUGINS?)" + _tail_text(tail))
+        from roofline.sources.capture import load_capture
+
+        capture = load_capture(target, normalise=False)
+        tmp = out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(capture, f, separators=(",", ":"))
+        os.replace(tmp, out)
+        modules = len(capture["ranks"][0].get("modules", []))
+        return CaptureResult(out, int(capture["world_size"]), modules, time.monotonic() - started)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_child(command: list[str], env: dict, timeout: float, verbose: bool, log_path: str) -> deque:
+    tail: deque = deque(maxlen=25)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace", start_new_session=True)
+        # a watchdog, because a silent hang would block the read loop forever
+        expired = threading.Event()
+
+        def on_timeout():
+            expired.set()
+            _kill_group(proc)
+
+        watchdog = threading.Timer(timeout, on_timeout)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                tail.append(line.rstrip("\n"))
+                log.write(line)
+                if verbose:
+                    sys.stderr.write(line)
+            proc.wait()
+        except BaseException:
+            _kill_group(proc)
+            raise
+        finally:
+            watchdog.cancel()
+    if expired.is_set():
+        raise RooflineError(f"vLLM did not finish loading within {timeout:.0f} s" + _tail_text(tail))
+    if proc.returncode != 0:
+        raise RooflineError(f"vLLM exited with status {proc.returncode}" + _tail_text(tail))
+    return tail
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    stop_process_group(proc, term_wait=20, kill_wait=20)
+
+
+def stop_process_group(proc: subprocess.Popen, term_wait: float, kill_wait: float) -> None:
+    """End a child started with start_new_session=True and everything in its session.
+
+    vLLM starts engine-core and worker processes; the leader may exit while they are still
+    shutting down, so wait until the whole group is gone (SIGTERM, then SIGKILL), not just the
+    leader: a straggler keeps memory, ports and inherited locks."""
+    for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, kill_wait)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(proc.pid):
+                return
+            time.sleep(0.2)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _tail_text(tail) -> str:
+    lines = [line for line in tail if line.strip()]
+    return ("; last vLLM output:\n  " + "\n  ".join(lines[-15:])) if lines else ""
+
+
+def _child(argv: list[str]) -> int:
+    """Runs in the child: start an offline vLLM engine on MODEL with the given engine args,
+    then shut it down. The plugin (entry point) records every rank during load."""
+    from importlib.metadata import entry_points
+
+    names = {ep.name for ep in entry_points(group="vllm.general_plugins")}
+    if PLUGIN_NAME not in names:
+        print(f"error: the '{PLUGIN_NAME}' vLLM plugin is not installed in this environment "
+              "(pip install roofline next to vLLM)", file=sys.stderr)
+        return 2
+    allowed = os.environ.get("VLLM_PLUGINS")
+    if allowed is not None and PLUGIN_NAME not in allowed.split(","):
+        print(f"error: VLLM_PLUGINS={allowed!r} excludes '{PLUGIN_NAME}'", file=sys.stderr)
+        return 2
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+        from vllm.v1.engine.llm_engine import LLMEngine
+    except ImportError as exc:
+        print(f"error: cannot import vLLM ({exc})", file=sys.stderr)
+        return 2
+    model, args = argv[0], argv[1:]
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser(prog="roofline capture"))
+    namespace = parser.parse_args(["--model", model, *args])
+    engine_args = EngineArgs.from_cli_args(namespace)
+    engine = LLMEngine.from_engine_args(engine_args)
+    engine.engine_core.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))

@@ -1,0 +1,162 @@
+"""A measured decode speed set beside the prediction for the same scenario (pure functions over
+an audit's JSON form, so a saved `roofline audit --json` file works as well as a fresh audit).
+
+    bandwidth utilisation = measured tok/s x bytes per token / bandwidth
+    verdict               = where measured falls against the ceiling and the expected speed
+
+The ceiling is physics (no engine reads fewer bytes than the model holds per token, unless it
+decodes several tokens per weight read: speculation); the expected speed is the ceiling times
+the hardware's efficiency, a calibration. Measured above the ceiling is therefore a finding to
+report, never a success.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from roofline.errors import RooflineError
+
+# Measured may exceed the ceiling by timing noise alone (token arrival jitter over a short run,
+# a ceiling rounded in a saved file); 3% covers that without hiding a real excess.
+ABOVE_CEILING_TOLERANCE = 1.03
+# "Near expected": within 20% below the expected speed (or anywhere between it and the ceiling).
+# The GB10 calibration itself spans 0.73-0.78 of the roof across good kernels (BRIEF §7), so a
+# path within 0.8x of expected is one of the good ones.
+NEAR_EXPECTED = 0.8
+# Below half the expected speed something structural is off (a fallback path, launches, the
+# host), not a kernel's tuning margin.
+FAR_BELOW_EXPECTED = 0.5
+
+VERDICTS = {
+    "above_ceiling": "above the ceiling: speculative decoding is on, or the model of bytes per token is wrong "
+                     "(report it with the audit JSON)",
+    "near_expected": "near expected: the engine reaches the share of the roof a good path reaches",
+    "below_expected": "below expected: a slower kernel or path than the calibrated ones",
+    "far_below": "far below expected: something structural costs speed",
+}
+
+
+@dataclass
+class Validation:
+    model: str
+    hardware: str
+    hardware_name: str
+    bandwidth_gbps: float
+    scenario: dict
+    bytes_per_token: float
+    ceiling_tok_s: float
+    expected_tok_s: float
+    measured_tok_s: float
+    ratio_to_ceiling: float
+    ratio_to_expected: float
+    bandwidth_utilisation: float  # of the hardware's bandwidth: equals ratio_to_ceiling
+    verdict: str
+    verdict_text: str
+    suspects: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _number(audit: dict, key: str) -> float:
+    value = audit.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        raise RooflineError(f"audit JSON has no positive {key!r}: is it the output of `roofline audit --json`?")
+    return float(value)
+
+
+def verdict_of(measured: float, ceiling: float, expected: float) -> str:
+    if measured > ceiling * ABOVE_CEILING_TOLERANCE:
+        return "above_ceiling"
+    if measured >= expected * NEAR_EXPECTED:
+        return "near_expected"
+    if measured >= expected * FAR_BELOW_EXPECTED:
+        return "below_expected"
+    return "far_below"
+
+
+def suspects_above(audit: dict) -> list[str]:
+    scenario = audit.get("scenario") or {}
+    out = []
+    if not scenario.get("speculative_tokens"):
+        out.append("speculative decoding (MTP / a draft model) on the server: it decodes several tokens per "
+                   "weight read; audit with --speculative N to predict it")
+    out.append("the hardware: is the server on the device whose bandwidth the audit used "
+               f"({(audit.get('hardware') or {}).get('name', '?')})?")
+    out.append("a model error: bytes per token over-counted; report it with the audit JSON and the bench JSON")
+    return out
+
+
+def suspects_below(audit: dict, measured: float, ceiling: float) -> list[str]:
+    """Causes named from the inventory, most specific first."""
+    out = []
+    residuals = [g for g in audit.get("residuals") or [] if isinstance(g, dict)]
+    if residuals:
+        share = sum(float(g.get("share") or 0) for g in residuals)
+        top = sorted(residuals, key=lambda g: -float(g.get("bytes_per_token") or 0))[:3]
+        named = ", ".join(f"{g.get('label')} x{g.get('count')} ({g.get('format_label') or g.get('format')}, "
+                          f"{100 * float(g.get('share') or 0):.0f}%)" for g in top)
+        out.append(f"BF16 fallback layers in a quantized model read {100 * share:.0f}% of the bytes per token: "
+                   f"{named}; they also run on unquantized GEMMs")
+    arch = audit.get("architecture") or {}
+    moe = int(arch.get("num_experts") or 0) > 0
+    hybrid = int(arch.get("recurrent_layers") or 0) > 0
+    host = (audit.get("hardware") or {}).get("host", "")
+    if (moe or hybrid) and host != "cpu":
+        what = " and ".join(w for w, on in (("MoE", moe), ("hybrid recurrent", hybrid)) if on)
+        graph = audit.get("cuda_graph") or {}
+        eager = graph.get("eager_tok_s") if isinstance(graph, dict) else None
+        cost = (f" (the kernel model predicts {eager:.1f} tok/s eager vs {graph.get('graph_tok_s', 0):.1f} "
+                "with CUDA graphs)") if isinstance(eager, (int, float)) else ""
+        out.append(f"eager mode on a {what} model: dozens of small kernels per layer make launches dominate; "
+                   f"drop --enforce-eager so CUDA graphs are captured{cost}")
+    kernels = sorted({str(m.get("kernel")) for m in audit.get("modules") or []
+                      if isinstance(m, dict) and m.get("kernel")})
+    slow = [k for k in kernels if any(w in k.lower() for w in ("emulat", "naive", "reference", "fallback"))]
+    if slow:
+        out.append(f"slow kernels chosen by the engine: {', '.join(slow)}")
+    if moe and host != "cpu":
+        out.append("untuned MoE kernels: vLLM logs 'Using default MoE config' when no tuned config exists for "
+                   "this GPU and expert shape (benchmarks/kernels/benchmark_moe.py --tune writes one)")
+    elif host != "cpu":
+        out.append("untuned or generic GEMM kernels for this format on this GPU: check which kernel vLLM logs "
+                   "('Using ... for ... GEMM') and try --linear-backend")
+    gap_ms = (1 / measured - 1 / ceiling) * 1e3
+    where = ("the scheduler, sampling, detokenisation and HTTP on the CPU host, and GEMMs that are compute-bound "
+             "there" if host == "cpu" else "kernel launches, host-side scheduling and sampling")
+    out.append(f"time outside weight reads: {1e3 / measured:.3f} ms per token measured against {1e3 / ceiling:.3f} ms "
+               f"of memory traffic at the roof, so {gap_ms:.3f} ms per token go to {where}")
+    out.append("other requests on the server at the same time: they share the bandwidth (bench alone)")
+    return out
+
+
+def validate(audit: dict, measured_tok_s: float) -> Validation:
+    """Measured decode tok/s (single stream unless the audit's scenario says otherwise) against
+    the audit of the same model, scenario and hardware."""
+    if not isinstance(audit, dict):
+        raise RooflineError("the audit must be a JSON object (the output of `roofline audit --json`)")
+    if not isinstance(measured_tok_s, (int, float)) or measured_tok_s <= 0:
+        raise RooflineError("measured tok/s must be a positive number")
+    bytes_per_token = _number(audit, "bytes_per_token")
+    ceiling = _number(audit, "ceiling_tok_s")
+    expected = _number(audit, "expected_tok_s")
+    hardware = audit.get("hardware") or {}
+    if not isinstance(hardware, dict) or not hardware.get("bandwidth_gbps"):
+        raise RooflineError("audit JSON has no hardware bandwidth")
+    bandwidth = float(hardware["bandwidth_gbps"])
+    measured = float(measured_tok_s)
+    verdict = verdict_of(measured, ceiling, expected)
+    if verdict == "above_ceiling":
+        suspects = suspects_above(audit)
+    elif verdict == "near_expected":
+        suspects = []
+    else:
+        suspects = suspects_below(audit, measured, ceiling)
+    return Validation(
+        model=str(audit.get("model", "?")), hardware=str(hardware.get("key", "?")),
+        hardware_name=str(hardware.get("name", "?")), bandwidth_gbps=bandwidth,
+        scenario=dict(audit.get("scenario") or {}), bytes_per_token=bytes_per_token,
+        ceiling_tok_s=ceiling, expected_tok_s=expected, measured_tok_s=measured,
+        ratio_to_ceiling=measured / ceiling, ratio_to_expected=measured / expected,
+        bandwidth_utilisation=measured * bytes_per_token / (bandwidth * 1e9),
+        verdict=verdict, verdict_text=VERDICTS[verdict], suspects=suspects,
+    )

@@ -1,0 +1,171 @@
+"""The architecture facts decode traffic needs, read from a config.json (pure, no I/O).
+
+Weights are counted from tensors; what tensors cannot tell is how many experts a token visits,
+what each attention layer keeps in its KV cache, and how big the recurrent state of linear
+attention / Mamba layers is. Those come from the config, and only those.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from roofline.errors import RooflineError
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    """One softmax-attention layer's KV cache shape, per token of context."""
+
+    layer: int
+    kv_heads: int
+    head_dim: int  # K width per head
+    value_dim: int  # V width per head (0: K and V share one tensor, e.g. MLA latent)
+    window: int | None  # sliding window, None for full attention
+
+    def kv_elements_per_token(self) -> int:
+        return self.kv_heads * (self.head_dim + self.value_dim)
+
+
+@dataclass(frozen=True)
+class RecurrentLayer:
+    """A GDN (gated delta net) or Mamba layer: fixed-size state, read and written every token."""
+
+    layer: int
+    kind: str  # "gdn" | "mamba"
+    state_elements: int  # the recurrent (SSM / delta-rule) state
+    conv_elements: int  # the causal-conv rolling window
+
+
+@dataclass
+class ModelShape:
+    architecture: str
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    dtype: str  # "bfloat16", "float16", ...
+    tie_word_embeddings: bool
+    num_experts: int = 0
+    experts_per_token: int = 0
+    mtp_layers: int = 0
+    attention: list[AttentionLayer] = field(default_factory=list)
+    recurrent: list[RecurrentLayer] = field(default_factory=list)
+    # dtype of the recurrent state as vLLM keeps it (config "mamba_ssm_dtype" /
+    # "mamba_ssm_cache_dtype"; vLLM keeps GDN state in fp32 by default)
+    state_dtype: str = "float32"
+    is_multimodal: bool = False
+
+
+def text_config(config: dict) -> dict:
+    """The language-model part of a config: multimodal wrappers nest it under text_config."""
+    inner = config.get("text_config")
+    if isinstance(inner, dict) and inner:
+        merged = dict(inner)
+        # wrapper-level fields the text config may lack
+        for key in ("tie_word_embeddings", "torch_dtype", "dtype", "quantization_config"):
+            if key not in merged and key in config:
+                merged[key] = config[key]
+        return merged
+    return config
+
+
+def _int(cfg: dict, *keys: str, default: int = 0) -> int:
+    for key in keys:
+        value = cfg.get(key)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            return value
+    return default
+
+
+def _layer_types(cfg: dict, num_layers: int) -> list[str]:
+    """Per-layer kind: 'full_attention', 'sliding_attention', 'linear_attention', 'mamba',
+    or 'mlp' (a layer with no token mixer, NemotronH '-' / 'E')."""
+    types = cfg.get("layer_types")
+    if isinstance(types, str):  # some exports store the list as a JSON string
+        try:
+            types = json.loads(types)
+        except ValueError:
+            types = None
+    if isinstance(types, list) and len(types) >= num_layers:
+        return [str(t) for t in types[:num_layers]]
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        # NemotronH: M = Mamba2, * = attention, - = MLP, E = MoE
+        kinds = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "mlp"}
+        return [kinds.get(ch, "mlp") for ch in pattern[:num_layers]]
+    interval = _int(cfg, "full_attention_interval")
+    if interval > 0 and (cfg.get("linear_num_value_heads") or cfg.get("linear_key_head_dim")):
+        # Qwen3-Next: every interval-th layer is full attention, the rest Gated DeltaNet
+        return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(num_layers)]
+    if cfg.get("use_sliding_window") and cfg.get("sliding_window"):
+        max_window_layers = _int(cfg, "max_window_layers", default=num_layers)
+        return ["sliding_attention" if i < max_window_layers else "full_attention" for i in range(num_layers)]
+    if cfg.get("sliding_window") and cfg.get("model_type") in ("mistral", "mixtral"):
+        return ["sliding_attention"] * num_layers
+    return ["full_attention"] * num_layers
+
+
+def shape_from_config(config: dict) -> ModelShape:
+    cfg = text_config(config)
+    num_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = _int(cfg, "hidden_size", "n_embd", "d_model")
+    if num_layers <= 0 or hidden <= 0:
+        raise RooflineError("config.json has no num_hidden_layers / hidden_size: not a decoder LM config")
+    heads = _int(cfg, "num_attention_heads", "n_head", default=1)
+    kv_heads = _int(cfg, "num_key_value_heads", default=heads)
+    head_dim = _int(cfg, "head_dim", default=hidden // max(heads, 1))
+    architectures = config.get("architectures") or cfg.get("architectures") or ["unknown"]
+    shape = ModelShape(
+        architecture=str(architectures[0]),
+        model_type=str(config.get("model_type") or cfg.get("model_type") or "unknown"),
+        num_layers=num_layers,
+        hidden_size=hidden,
+        vocab_size=_int(cfg, "vocab_size"),
+        dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16"),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
+        num_experts=_int(cfg, "num_experts", "num_local_experts", "n_routed_experts"),
+        experts_per_token=_int(cfg, "num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_topk"),
+        mtp_layers=_int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers"),
+        state_dtype=str(cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype") or "float32"),
+        is_multimodal=cfg is not config,
+    )
+    window = _int(cfg, "sliding_window") or None
+    mla = _int(cfg, "kv_lora_rank")
+    for layer, kind in enumerate(_layer_types(cfg, num_layers)):
+        if kind in ("full_attention", "sliding_attention", "attention"):
+            if mla:
+                # DeepSeek MLA: vLLM caches the compressed latent + the rope key, one "head"
+                shape.attention.append(AttentionLayer(layer, 1, mla + _int(cfg, "qk_rope_head_dim"), 0, None))
+                continue
+            layer_kv, layer_dim = kv_heads, head_dim
+            if kind == "full_attention" and cfg.get("global_head_dim"):
+                # Gemma 4: global layers use their own head size and KV-head count
+                layer_dim = _int(cfg, "global_head_dim", default=head_dim)
+                layer_kv = _int(cfg, "num_global_key_value_heads", default=kv_heads)
+            # Gemma 4 "attention_k_eq_v": K and V are one projection but vLLM still caches both
+            shape.attention.append(
+                AttentionLayer(layer, layer_kv, layer_dim, layer_dim,
+                               window if kind == "sliding_attention" else None)
+            )
+        elif kind == "linear_attention":
+            key_heads = _int(cfg, "linear_num_key_heads")
+            value_heads = _int(cfg, "linear_num_value_heads", default=key_heads)
+            key_dim = _int(cfg, "linear_key_head_dim")
+            value_dim = _int(cfg, "linear_value_head_dim")
+            conv_kernel = _int(cfg, "linear_conv_kernel_dim", default=4)
+            conv_dim = 2 * key_heads * key_dim + value_heads * value_dim
+            shape.recurrent.append(RecurrentLayer(
+                layer, "gdn", value_heads * key_dim * value_dim, conv_dim * (conv_kernel - 1)))
+        elif kind == "mamba":
+            mamba_heads = _int(cfg, "mamba_num_heads")
+            mamba_head_dim = _int(cfg, "mamba_head_dim")
+            state = _int(cfg, "ssm_state_size", "state_size")
+            groups = _int(cfg, "n_groups", default=1)
+            conv_kernel = _int(cfg, "conv_kernel", default=4)
+            inner = mamba_heads * mamba_head_dim or _int(cfg, "expand", default=2) * hidden
+            conv_dim = inner + 2 * groups * state
+            shape.recurrent.append(RecurrentLayer(
+                layer, "mamba", (mamba_heads or 1) * (mamba_head_dim or inner) * state, conv_dim * (conv_kernel - 1)))
+    return shape

@@ -1,0 +1,175 @@
+"""Kernels per decode step, per layer, by role and backend, estimated from the kernel table.
+
+estimate_kernels(inventory) reads roofline/data/kernels.toml per (role, format, backend), each
+count carrying the table's source. The measured counterpart, the same KernelProfile from a
+torch-profiler trace, is roofline.live.profiler_trace.parse_trace.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from roofline.data import load_table
+from roofline.errors import RooflineError
+from roofline.model.inventory import Inventory
+
+# roles whose modules are GEMMs counted by kernels.toml [role.*]
+GEMM_ROLES = ("attention_qkv", "attention_out", "linear_attn_in", "linear_attn_out", "mamba_in", "mamba_out",
+              "router", "shared_expert_gate", "shared_expert", "mlp")
+# roles of no decode kernel of their own (conv1d weights are read by the GDN / Mamba core kernel)
+SKIPPED_ROLES = {"vision", "audio", "mtp", "norm", "conv1d", "other"}
+
+
+@dataclass
+class KernelCount:
+    layer: int | None  # None: outside the decoder layers (embedding, final norm, lm_head, step)
+    role: str  # a module role, or a core: attention_core, gdn_core, mamba_core, norms, step
+    backend: str  # cublas, flashinfer-cutlass, marlin, triton, vllm, measured kernel family...
+    kernels: float
+    source: str  # the table entry's source, or "trace"
+    names: list[str] = field(default_factory=list)  # kernel names, when measured
+
+    def to_json(self) -> dict:
+        out = {"layer": self.layer, "role": self.role, "backend": self.backend, "kernels": self.kernels,
+               "source": self.source}
+        if self.names:
+            out["names"] = self.names
+        return out
+
+
+@dataclass
+class KernelProfile:
+    model_id: str
+    origin: str  # "table" | "trace"
+    device: str  # "cuda" (GPU kernels) | "cpu" (leaf CPU ops of a CPU trace)
+    counts: list[KernelCount]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def kernels_per_token(self) -> float:
+        return sum(c.kernels for c in self.counts)
+
+    def per_layer(self) -> dict[int | None, float]:
+        out: dict[int | None, float] = defaultdict(float)
+        for c in self.counts:
+            out[c.layer] += c.kernels
+        return dict(out)
+
+    def by_role(self) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        for c in self.counts:
+            out[c.role] += c.kernels
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    def to_json(self) -> dict:
+        layers = self.per_layer()
+        return {
+            "model": self.model_id, "origin": self.origin, "device": self.device,
+            "kernels_per_token": self.kernels_per_token,
+            "per_layer": [{"layer": layer, "kernels": n} for layer, n in
+                          sorted(layers.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))],
+            "by_role": self.by_role(),
+            "counts": [c.to_json() for c in self.counts],
+            "notes": list(self.notes),
+        }
+
+
+# --------------------------------------------------------------------------- table estimate
+def _gemm_entry(fmt: str, backend: str | None) -> dict:
+    entries = [e for e in load_table("kernels")["gemm"] if e["format"] == fmt]
+    if not entries:
+        entries = [e for e in load_table("kernels")["gemm"] if e["format"] == "bf16"]
+    if backend:
+        for e in entries:
+            if e["backend"] == backend:
+                return e
+    return entries[0]
+
+
+def _moe_entry(fmt: str, backend: str | None) -> dict:
+    entries = [e for e in load_table("kernels")["moe"] if e["format"] == fmt]
+    if not entries:
+        entries = [e for e in load_table("kernels")["moe"] if e["format"] == "bf16"]
+    if backend:
+        for e in entries:
+            if e["backend"] == backend:
+                return e
+    return entries[0]
+
+
+def known_backends() -> set[str]:
+    table = load_table("kernels")
+    return {e["backend"] for e in table["gemm"]} | {e["backend"] for e in table["moe"]}
+
+
+def _main_format(modules) -> str:
+    """The format holding most parameters among a role's modules in one layer."""
+    weight: Counter = Counter()
+    for m in modules:
+        weight[m.format] += max(m.params, 1)
+    return weight.most_common(1)[0][0]
+
+
+def estimate_kernels(inventory: Inventory, backend: str | None = None) -> KernelProfile:
+    """Kernels per decode step from kernels.toml. `backend` (e.g. "marlin",
+    "flashinfer-cutlass") picks that backend wherever the table has it for a format."""
+    if backend and backend not in known_backends():
+        raise RooflineError(f"unknown kernel backend {backend!r}; known: {', '.join(sorted(known_backends()))}")
+    table = load_table("kernels")
+    roles_table, core = table["role"], table["core"]
+    shape = inventory.shape
+    attention_layers = {a.layer for a in shape.attention}
+    recurrent_kind = {r.layer: r.kind for r in shape.recurrent}
+    gated = bool(inventory.config.get("attn_output_gate")
+                 or (inventory.config.get("text_config") or {}).get("attn_output_gate"))
+
+    by_layer: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    outside: dict[str, list] = defaultdict(list)
+    for m in inventory.modules:
+        if m.role in SKIPPED_ROLES:
+            continue
+        if m.layer is None or m.layer >= shape.num_layers:
+            outside[m.role].append(m)
+        else:
+            by_layer[m.layer][m.role].append(m)
+
+    counts: list[KernelCount] = []
+    for layer in range(shape.num_layers):
+        roles = by_layer.get(layer, {})
+        counts.append(KernelCount(layer, "norms", "vllm", core["layer_norms"]["kernels"], core["layer_norms"]["source"]))
+        if layer in attention_layers:
+            counts.append(KernelCount(layer, "attention_core", "vllm", core["attention"]["kernels"],
+                                      core["attention"]["source"]))
+            if gated:
+                counts.append(KernelCount(layer, "attention_core", "vllm", core["attention_output_gate"]["kernels"],
+                                          core["attention_output_gate"]["source"]))
+        elif recurrent_kind.get(layer) == "gdn":
+            counts.append(KernelCount(layer, "gdn_core", "triton", core["gdn"]["kernels"], core["gdn"]["source"]))
+        elif recurrent_kind.get(layer) == "mamba":
+            counts.append(KernelCount(layer, "mamba_core", "triton", core["mamba"]["kernels"], core["mamba"]["source"]))
+        for role in GEMM_ROLES:
+            if role not in roles:
+                continue
+            spec = roles_table[role]
+            fmt = _main_format(roles[role])
+            gemm = _gemm_entry(fmt, backend)
+            kernels = spec["gemms"] * gemm["kernels"] + spec["other"]
+            counts.append(KernelCount(layer, role, gemm["backend"], kernels,
+                                      f"{spec['source']}; {fmt}: {gemm['source']}"))
+        if "moe_experts" in roles:
+            fmt = _main_format(roles["moe_experts"])
+            moe = _moe_entry(fmt, backend)
+            counts.append(KernelCount(layer, "moe_experts", moe["backend"], moe["kernels"], f"{fmt}: {moe['source']}"))
+
+    # the token's embedding row is gathered whether or not the inventory lists the table
+    counts.append(KernelCount(None, "embedding", "vllm", roles_table["embedding"]["other"],
+                              roles_table["embedding"]["source"]))
+    counts.append(KernelCount(None, "norms", "vllm", core["final_norm"]["kernels"], core["final_norm"]["source"]))
+    lm_head = outside.get("lm_head")
+    fmt = _main_format(lm_head) if lm_head else "bf16"
+    gemm = _gemm_entry(fmt, backend)
+    counts.append(KernelCount(None, "lm_head", gemm["backend"], gemm["kernels"],
+                              f"{roles_table['lm_head']['source']}; {fmt}: {gemm['source']}"))
+    counts.append(KernelCount(None, "step", "vllm", core["step"]["kernels"], core["step"]["source"]))
+    notes = ["estimated from roofline/data/kernels.toml (vLLM 0.32 decode path); a profiler trace gives measured counts"]
+    return KernelProfile(inventory.model_id, "table", "cuda", counts, notes)

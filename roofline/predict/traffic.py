@@ -1,0 +1,158 @@
+"""Bytes read per decoded token, per module, for a scenario (pure arithmetic).
+
+A decode step of B sequences reads every dense weight once, the routed experts that at least
+one of the B tokens picked, the lm_head fully, one embedding row per token, and per sequence its
+KV cache (attention layers) and recurrent state (GDN / Mamba, read and written). Bytes per
+token = bytes per step / tokens produced by the step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from roofline.errors import RooflineError
+from roofline.model.formats import DTYPE_BITS, TORCH_DTYPES
+from roofline.model.inventory import Inventory, Module
+from roofline.model.roles import NOT_READ_IN_TEXT_DECODE
+
+KV_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    batch: int = 1  # concurrent sequences decoded together
+    context: int = 1024  # tokens already in each sequence's KV cache
+    kv_cache_dtype: str = "auto"  # auto (the model dtype) | bf16 | fp16 | fp8
+    speculative_tokens: int = 0  # MTP draft tokens per step; 0 = speculative decoding off
+    acceptance_rate: float = 0.7  # chance each draft token is accepted (when speculative)
+
+    def validate(self) -> "Scenario":
+        if self.batch < 1:
+            raise RooflineError("--batch must be at least 1")
+        if self.context < 0:
+            raise RooflineError("--context must be non-negative")
+        if self.kv_cache_dtype != "auto" and self.kv_cache_dtype not in KV_DTYPE_BYTES:
+            raise RooflineError(f"unknown --kv-cache-dtype {self.kv_cache_dtype!r}; use auto, bf16, fp16 or fp8")
+        if self.speculative_tokens < 0:
+            raise RooflineError("--speculative must be non-negative")
+        if not 0 <= self.acceptance_rate < 1:
+            raise RooflineError("acceptance rate must be in [0, 1)")
+        return self
+
+    def tokens_per_step(self) -> float:
+        """Tokens each sequence gains per step: 1, or with n draft tokens accepted with
+        probability a each (stopping at the first rejection) 1 + a + ... + a^n."""
+        a, n = self.acceptance_rate, self.speculative_tokens
+        return sum(a ** i for i in range(n + 1))
+
+
+@dataclass
+class ModuleTraffic:
+    name: str
+    role: str
+    layer: int | None
+    format: str
+    quant_method: str
+    params: int
+    bytes: int  # resident
+    read_fraction: float  # share of its bytes one step reads
+    bytes_per_token: float
+
+
+@dataclass
+class Traffic:
+    scenario: Scenario
+    modules: list[ModuleTraffic]
+    kv_bytes_per_token: float
+    state_bytes_per_token: float
+    kv_dtype: str
+    tokens_per_step: float
+    expected_experts_per_step: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def weight_bytes_per_token(self) -> float:
+        return sum(m.bytes_per_token for m in self.modules)
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.weight_bytes_per_token + self.kv_bytes_per_token + self.state_bytes_per_token
+
+
+def distinct_experts(num_experts: int, top_k: int, tokens: float) -> float:
+    """Expected distinct experts hit by `tokens` tokens each picking top_k of num_experts,
+    assuming uniform routing: E * (1 - (1 - k/E)^B)."""
+    if num_experts <= 0 or top_k <= 0:
+        return float(num_experts)
+    return num_experts * (1 - (1 - min(top_k, num_experts) / num_experts) ** tokens)
+
+
+def _dtype_bytes(name: str) -> float:
+    st = TORCH_DTYPES.get(str(name).replace("torch.", ""), "BF16")
+    return DTYPE_BITS[st] / 8
+
+
+def kv_dtype_and_bytes(inventory: Inventory, scenario: Scenario) -> tuple[str, float]:
+    if scenario.kv_cache_dtype == "auto":
+        # vLLM "auto": the model's dtype (a checkpoint's FP8 KV scales apply only with
+        # --kv-cache-dtype fp8)
+        dtype = {"float16": "fp16", "float32": "fp32"}.get(inventory.shape.dtype.replace("torch.", ""), "bf16")
+        return dtype, KV_DTYPE_BYTES[dtype]
+    return scenario.kv_cache_dtype, KV_DTYPE_BYTES[scenario.kv_cache_dtype]
+
+
+def module_read_fraction(module: Module, inventory: Inventory, scenario: Scenario, tokens_in_step: float) -> float:
+    """Share of a module's bytes one decode step reads (before dividing by tokens)."""
+    role = module.role
+    if role in NOT_READ_IN_TEXT_DECODE:
+        return 0.0
+    if role == "mtp":
+        return float(scenario.speculative_tokens)  # the draft head runs once per draft token
+    if role == "embedding":
+        rows = _rows(module)
+        return min(1.0, tokens_in_step / rows) if rows else 0.0
+    if role == "moe_experts":
+        experts = module.experts or inventory.shape.num_experts
+        top_k = inventory.shape.experts_per_token
+        if experts and top_k:
+            return distinct_experts(experts, top_k, tokens_in_step) / experts
+    return 1.0
+
+
+def _rows(module: Module) -> int:
+    weights = [t for t in module.tensors if len(t.shape) == 2]
+    return max((t.shape[0] for t in weights), default=0)
+
+
+def compute_traffic(inventory: Inventory, scenario: Scenario) -> Traffic:
+    scenario = scenario.validate()
+    tokens_per_seq_step = scenario.tokens_per_step()
+    # the target model verifies 1 + n tokens per sequence in one step
+    tokens_in_step = scenario.batch * (1 + scenario.speculative_tokens)
+    tokens_out = scenario.batch * tokens_per_seq_step
+    by_name = inventory.by_name()
+    modules = []
+    for m in inventory.modules:
+        fraction = module_read_fraction(m, inventory, scenario, tokens_in_step)
+        source_bytes = by_name[m.tied_to].nbytes if m.tied_to and m.tied_to in by_name else m.nbytes
+        modules.append(ModuleTraffic(m.name, m.role, m.layer, m.format, m.quant_method, m.params, m.nbytes,
+                                     fraction, source_bytes * fraction / tokens_out))
+    kv_dtype, kv_bytes = kv_dtype_and_bytes(inventory, scenario)
+    shape = inventory.shape
+    kv_per_seq = sum(layer.kv_elements_per_token() * min(scenario.context, layer.window or scenario.context)
+                     for layer in shape.attention) * kv_bytes
+    state_bytes = _dtype_bytes(shape.state_dtype)
+    conv_bytes = _dtype_bytes(shape.dtype)
+    # recurrent state is read and written back every step
+    state_per_seq = sum(2 * (r.state_elements * state_bytes + r.conv_elements * conv_bytes) for r in shape.recurrent)
+    notes = []
+    if scenario.speculative_tokens and not any(m.role == "mtp" for m in inventory.modules):
+        notes.append("speculative decoding on, but the checkpoint has no MTP / draft layers: draft cost not counted")
+    return Traffic(
+        scenario=scenario, modules=modules,
+        kv_bytes_per_token=kv_per_seq * scenario.batch / tokens_out,
+        state_bytes_per_token=state_per_seq * scenario.batch / tokens_out,
+        kv_dtype=kv_dtype, tokens_per_step=tokens_per_seq_step,
+        expected_experts_per_step=distinct_experts(shape.num_experts, shape.experts_per_token, tokens_in_step)
+        if shape.num_experts else 0.0,
+        notes=notes,
+    )

@@ -1,0 +1,1 @@
+"""Terminal presentation of results (text only; computes nothing new). HTML is roofline.reports."""

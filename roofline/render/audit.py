@@ -1,0 +1,55 @@
+"""Terminal presentation of an audit result (text only; computes nothing new)."""
+from __future__ import annotations
+
+from roofline.audit import AuditResult
+from roofline.model.formats import format_label
+from roofline.units import human_bytes
+
+from .text import text_table
+
+
+def render_audit(result: AuditResult, max_rows: int = 25) -> str:
+    inv, t, c, hw, s = result.inventory, result.traffic, result.ceiling, result.hardware, result.scenario
+    q = inv.quant
+    lines = [
+        f"{inv.model_id}  ({inv.shape.architecture}, source: {inv.source})",
+        f"quantization: {q.method}{' ' + q.algo if q.algo else ''}"
+        f"{'  kv-cache scales: ' + q.kv_cache if q.kv_cache else ''}",
+        f"scenario: batch {s.batch}, context {s.context}, kv cache {t.kv_dtype}"
+        f"{f', speculative {s.speculative_tokens} tokens' if s.speculative_tokens else ''}",
+        f"hardware: {hw.name}, {hw.bandwidth_gbps:g} GB/s",
+        "",
+        f"  weights resident     {human_bytes(inv.weight_bytes)}"
+        f"{'' if inv.weight_bytes / 1e9 <= hw.usable_memory_gb else '  (does NOT fit in ' + str(hw.usable_memory_gb) + ' GB)'}",
+        f"  bytes / token        {human_bytes(t.bytes_per_token)}  = weights {human_bytes(t.weight_bytes_per_token)}"
+        f" + KV {human_bytes(t.kv_bytes_per_token)} + state {human_bytes(t.state_bytes_per_token)}",
+        f"  ceiling              {c.ceiling_tok_s:.1f} tok/s"
+        f"{f'  ({c.ceiling_tok_s_per_stream:.1f} per stream)' if s.batch > 1 else ''}",
+        f"  expected             {result.expected_tok_s:.1f} tok/s  ({c.efficiency_kind} efficiency {c.efficiency:.2f})",
+    ]
+    cg = result.cuda_graph
+    if cg is not None:
+        lines.append(f"  CUDA graphs          {cg.graph_tok_s:.1f} tok/s vs eager {cg.eager_tok_s:.1f}"
+                     f"  (x{cg.benefit:.2f}; {cg.kernels_per_token:.0f} kernels/token)")
+    lines += ["", "bytes per token by module kind:"]
+    rows = [["module", "role", "n", "format", "quant method", "resident", "per token", "share", ""]]
+    for g in result.groups[:max_rows]:
+        rows.append([g.label, g.role, str(g.count), format_label(g.format), g.quant_method,
+                     human_bytes(g.bytes), human_bytes(g.bytes_per_token), f"{100 * g.share:.1f}%",
+                     "<- stayed " + format_label(g.format) if g.residual else ""])
+    lines += ["  " + line for line in text_table(rows, {2, 5, 6, 7})]
+    if len(result.groups) > max_rows:
+        rest = result.groups[max_rows:]
+        lines.append(f"  ... {len(rest)} more kinds, {human_bytes(sum(g.bytes_per_token for g in rest))} per token")
+    residuals = result.residuals
+    if residuals:
+        total = sum(g.bytes_per_token for g in residuals)
+        lines += ["", f"unquantized residuals: {human_bytes(total)} per token "
+                      f"({100 * total / t.bytes_per_token:.1f}% of bytes/token)"]
+    for note in inv.disagreements:
+        lines.append(f"! tensors vs config: {note}")
+    for note in result.notes + t.notes:
+        lines.append(f"note: {note}")
+    if cg is not None and getattr(cg, "advice", None):
+        lines.append(f"advice: {cg.advice}")
+    return "\n".join(lines)

@@ -1,0 +1,50 @@
+"""Terminal presentation of a plan: simulated formats, the ranked table, the top pick."""
+from __future__ import annotations
+
+from roofline.model.formats import format_label
+from roofline.units import human_bytes
+
+from .text import text_table
+
+
+def render_plan(plan, top: int = 12) -> str:
+    inv, hw, w = plan.inventory, plan.hardware, plan.workload
+    lines = [
+        f"{inv.model_id}  ({inv.shape.architecture}, source: {inv.source})",
+        f"hardware: {hw.name}, {hw.bandwidth_gbps:g} GB/s, SM {hw.compute_capability}, "
+        f"efficiency {hw.efficiency:.2f} ({hw.efficiency_kind})",
+        f"workload: {w.concurrency} concurrent x {w.context} tokens"
+        f"{f', TP={w.tp}' if w.tp > 1 else ''}"
+        f"{f', memory budget {w.memory_budget_gb:g} GB' if w.memory_budget_gb else ''}",
+        "",
+        "simulated formats (single stream):",
+    ]
+    rows = [["recipe", "format", "weights", "bytes/token", "ceiling tok/s", "expected tok/s"]]
+    for s in plan.simulated:
+        rows.append([s.recipe, format_label(s.format), human_bytes(s.weight_bytes), human_bytes(s.bytes_per_token),
+                     f"{s.ceiling_tok_s:.1f}", f"{s.expected_tok_s:.1f}"])
+    lines += ["  " + line for line in text_table(rows, {2, 3, 4, 5})]
+    lines += ["", f"ranked for {w.concurrency} concurrent sequence{'s' if w.concurrency > 1 else ''}:"]
+    rows = [["#", "format", "recipe", "backend", "1-stream tok/s", f"total tok/s @{w.concurrency}", "bound",
+             "resident", "fits"]]
+    for r in plan.recommendations[:top]:
+        rows.append([str(r.rank), format_label(r.format), r.recipe, r.backend.name, f"{r.single_stream_tok_s:.1f}",
+                     f"{r.aggregate_tok_s:.0f}", r.aggregate_bound, f"{r.resident_gb:.1f} GB",
+                     "yes" if r.fits else "NO"])
+    lines += ["  " + line for line in text_table(rows, {0, 4, 5, 7})]
+    best = plan.top
+    if best is not None:
+        lines += ["", f"top pick: {format_label(best.format)}, recipe {best.recipe}, {best.backend.name}"]
+        lines += [f"  - {reason}" for reason in best.reasons]
+        if best.quantize_with:
+            lines.append(f"  quantize with: {best.quantize_with}")
+        lines += ["", "  " + best.serve_command()]
+        others = [r for r in plan.recommendations[1:4] if r.format != best.format]
+        for r in others[:2]:
+            lines += ["", f"#{r.rank} {format_label(r.format)} ({r.recipe}, {r.backend.name}):"]
+            lines += [f"  - {reason}" for reason in r.reasons[:3]]
+    for note in plan.notes:
+        lines.append(f"note: {note}")
+    for note in inv.disagreements:
+        lines.append(f"! tensors vs config: {note}")
+    return "\n".join(lines)

@@ -1,0 +1,342 @@
+"""A vLLM capture JSON (written by the roofline.hooks plugin inside every vLLM worker) ->
+Inventory. No vLLM, no torch: the capture JSON is the whole contract.
+
+What the live inventory counts
+- The tensors vLLM *loaded*: every Parameter of every module at the moment just before vLLM's
+  `process_weights_after_loading` repacks weights into kernel layouts (the CPU backend then
+  hides unquantized weights inside oneDNN handles and leaves `layer.weight` empty; GPU
+  kernels shuffle, pad or re-scale). These are the checkpoint's bytes as vLLM holds them:
+  after fusing (q/k/v -> qkv_proj, gate/up -> gate_up_proj, the experts -> one fused MoE
+  module) and after tensor-parallel sharding (merged back here, below).
+- Buffers and plain tensor attributes (rotary cos/sin caches, attention k/v scale buffers,
+  kernel workspaces) are vLLM runtime state, not weights; they are left out of the modules'
+  bytes and summed in one note per module. When a capture has no pre-repack snapshot
+  (a model loader that bypasses it) the runtime tensors are used instead, with a note.
+- Module.quant_method is the vLLM quant method class name (`UnquantizedLinearMethod`,
+  `CompressedTensorsLinearMethod`, ...), "none" for modules without one (norms, GDN A_log).
+  Module.kernel lists what vLLM chose (`scheme.kernel`, `fp8_linear`, `moe_kernel`,
+  `*_backend`), when it exposes it.
+
+Merging ranks (tensor / pipeline parallel), per tensor name:
+- held by one rank only (pipeline stages, expert-parallel slices): counted as it is;
+- sharded (the walk saw a column/row-parallel linear, a vocab-parallel embedding or fused MoE
+  weights split by TP): the ranks' slices add up; the shape is concatenated along the shard
+  dim;
+- replicated (norms, replicated linears such as routers, per-tensor scales): counted once;
+- sharding unknown to the walk's rules (e.g. GDN A_log / dt_bias): replicated when every rank's
+  content fingerprint is equal, otherwise sharded along dim 0.
+So the whole model's bytes == sum over ranks of sharded bytes + replicated bytes once, and
+`rank_bytes(capture)` gives what each rank actually holds (replicated tensors on every rank).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+from roofline.errors import RooflineError
+from roofline.model.architecture import shape_from_config
+from roofline.model.detect import detect_format
+from roofline.model.formats import TORCH_DTYPES, dtype_nbytes
+from roofline.model.inventory import Inventory, Module, QuantSummary, Tensor
+from roofline.model.quant_config import parse_quant_config
+from roofline.model.roles import classify
+
+FORMAT = "roofline-vllm-capture"
+SUPPORTED_VERSIONS = (1,)
+
+# vLLM's fused-MoE parameter prefixes; stripped for format detection so that
+# w13_weight_scale reads as weight_scale (detect.py knows checkpoint suffixes)
+_MOE_PREFIXES = ("w13_", "w2_", "w1_", "w3_")
+
+
+def load_capture(path: str, normalise: bool = True) -> dict:
+    """The merged capture (tensor records as dicts with full names unless normalise=False). Accepts the merged file, or (for a `vllm serve` still running or
+    killed) the per-rank part files `<stem>.rank<R>.json` next to it."""
+    if os.path.isfile(path):
+        data = _read(path)
+    else:
+        stem = path[:-5] if path.endswith(".json") else path
+        parts = sorted(glob.glob(glob.escape(stem) + ".rank*.json"))
+        if not parts:
+            raise RooflineError(f"{path}: no such capture file")
+        ranks = [_read(p) for p in parts]
+        run_ids = {r.get("run_id") for r in ranks}
+        if len(run_ids) > 1:
+            raise RooflineError(f"{path}: rank files from different vLLM runs ({len(run_ids)} run ids)")
+        world = max(int(r.get("world_size") or 1) for r in ranks)
+        data = {"format": FORMAT, "version": ranks[0].get("version"), "kind": "merged",
+                "run_id": ranks[0].get("run_id"), "world_size": world,
+                "complete": len({r.get("rank") for r in ranks}) >= world, "ranks": ranks}
+    if data.get("format") != FORMAT:
+        raise RooflineError(f"{path}: not a roofline vLLM capture (format {data.get('format')!r})")
+    if data.get("version") not in SUPPORTED_VERSIONS:
+        raise RooflineError(f"{path}: capture version {data.get('version')!r} not supported "
+                            f"(this roofline reads {', '.join(map(str, SUPPORTED_VERSIONS))})")
+    if data.get("kind") != "merged":  # a single rank's part, given directly
+        data = {"format": FORMAT, "version": data["version"], "kind": "merged",
+                "run_id": data.get("run_id"), "world_size": int(data.get("world_size") or 1),
+                "complete": int(data.get("world_size") or 1) == 1, "ranks": [data]}
+    ranks = data.get("ranks")
+    if not isinstance(ranks, list) or not ranks:
+        raise RooflineError(f"{path}: capture holds no rank records")
+    if not data.get("complete"):
+        have = sorted(r.get("rank") for r in ranks)
+        raise RooflineError(f"{path}: incomplete capture: ranks {have} of {data.get('world_size')} "
+                            "(did every vLLM worker finish loading?)")
+    if not normalise:
+        return data
+    try:
+        _normalise(data, path)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise RooflineError(f"{path}: malformed capture ({type(exc).__name__}: {exc})") from None
+    return data
+
+
+def _read(path: str) -> dict:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise RooflineError(f"{path}: cannot read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise RooflineError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise RooflineError(f"{path}: not a roofline vLLM capture")
+    return data
+
+
+_FIELDS = ("attr", "kind", "dtype", "shape", "nbytes", "shard_dim", "shared_with", "fingerprint")
+
+
+def _normalise(data: dict, where: str) -> None:
+    """Tensor records arrive as arrays (fields in the record's `tensor_fields`); turn them
+    into dicts with the full tensor name, once, in place."""
+    for record in data["ranks"]:
+        fields = record.get("tensor_fields") or _FIELDS
+        if "attr" not in fields or "nbytes" not in fields:
+            raise RooflineError(f"{where}: capture tensor records lack attr / nbytes fields")
+        for entry in record.get("modules", []):
+            prefix = f"{entry['name']}." if entry.get("name") else ""
+            for key in ("tensors", "runtime_tensors"):
+                rows = entry.get(key)
+                if rows is None:
+                    continue
+                out = []
+                for row in rows:
+                    if isinstance(row, dict):
+                        out.append(row)
+                        continue
+                    t = dict(zip(fields, row))
+                    t["name"] = prefix + str(t.pop("attr"))
+                    if t.get("shared_with") is None:
+                        t.pop("shared_with", None)
+                    out.append(t)
+                entry[key] = out
+
+
+def _dtype(name: str) -> str:
+    if name in TORCH_DTYPES:
+        return TORCH_DTYPES[name]
+    raise RooflineError(f"capture: unknown tensor dtype {name!r}")
+
+
+def _weights(entry: dict) -> tuple[list[dict], str]:
+    """The tensor records that stand for a module's weights, and which moment they are from."""
+    if "tensors" in entry:
+        return [t for t in entry["tensors"] if t.get("kind") == "parameter"], "loaded"
+    return [t for t in entry.get("runtime_tensors", []) if t.get("kind") == "parameter"], "runtime"
+
+
+def _merge_tensor(records: list[dict]) -> tuple[Tensor, str]:
+    """One tensor name as held by several ranks -> the whole tensor, and how it was merged."""
+    first = records[0]
+    dtype = _dtype(first["dtype"])
+    if len(records) == 1:
+        shape = tuple(first["shape"])
+        return Tensor(first["name"], dtype, shape, dtype_nbytes(dtype, shape)), "single"
+    shard = first.get("shard_dim")
+    if shard == "unknown":
+        prints = {r.get("fingerprint") for r in records}
+        shard = None if len(prints) == 1 and None not in prints and "none" not in prints else 0
+    if shard is None:
+        shape = tuple(first["shape"])
+        return Tensor(first["name"], dtype, shape, dtype_nbytes(dtype, shape)), "replicated"
+    shape = list(first["shape"])
+    if not shape:
+        return Tensor(first["name"], dtype, (), dtype_nbytes(dtype, ())), "replicated"
+    shape[int(shard)] = sum(int(r["shape"][int(shard)]) for r in records)
+    return Tensor(first["name"], dtype, tuple(shape), dtype_nbytes(dtype, shape)), "sharded"
+
+
+def _detect_name(name: str) -> str:
+    module, _, attr = name.rpartition(".")
+    for prefix in _MOE_PREFIXES:
+        if attr.startswith(prefix):
+            return f"{module}.{attr[len(prefix):]}"
+    return name
+
+
+def _kernel_label(kernels: dict | None) -> str | None:
+    if not kernels:
+        return None
+    return ", ".join(f"{attr}={value}" for attr, value in sorted(kernels.items()))
+
+
+def rank_bytes(capture: dict) -> dict[int, int]:
+    """Weight bytes each rank holds (loaded parameters, shared tensors once per rank)."""
+    out = {}
+    for record in capture["ranks"]:
+        total = 0
+        for entry in record.get("modules", []):
+            weights, _ = _weights(entry)
+            total += sum(int(t.get("nbytes", 0)) for t in weights if "shared_with" not in t)
+        out[int(record.get("rank", 0))] = total
+    return out
+
+
+def inventory_from_capture(path: str) -> Inventory:
+    capture = load_capture(path)
+    return inventory_from_capture_data(capture, where=path)
+
+
+def inventory_from_capture_data(capture: dict, where: str = "capture") -> Inventory:
+    ranks = sorted(capture["ranks"], key=lambda r: int(r.get("rank", 0)))
+    lead = ranks[0]
+    config = lead.get("hf_config") or {}
+    if not config:
+        raise RooflineError(f"{where}: capture has no model config (hf_config)")
+    try:
+        shape = shape_from_config(config)
+    except RooflineError as exc:
+        raise RooflineError(f"{where}: {exc}") from None
+
+    # name -> per-rank entries (module order of the first rank that has it)
+    entries: dict[str, list[dict]] = {}
+    aliases: dict[str, str] = {}
+    for record in ranks:
+        for entry in record.get("modules", []):
+            entries.setdefault(entry["name"], []).append(entry)
+        for alias, target in (record.get("aliases") or {}).items():
+            aliases.setdefault(alias, target)
+
+    modules: list[Module] = []
+    owner_of: dict[str, str] = {}  # tensor name -> module that owns its bytes
+    shared: dict[str, str] = {}  # module -> module whose tensor it shares (tied lm_head)
+    runtime_only = False
+    for name, per_rank in entries.items():
+        info = per_rank[0]
+        by_tensor: dict[str, list[dict]] = {}
+        moment = "loaded"
+        extra_bytes = 0
+        for entry in per_rank:
+            weights, moment = _weights(entry)
+            for t in weights:
+                if "shared_with" in t:
+                    shared.setdefault(name, t["shared_with"].rpartition(".")[0])
+                    continue
+                by_tensor.setdefault(t["name"], []).append(t)
+            pool = entry.get("tensors", entry.get("runtime_tensors", []))
+            extra_bytes += sum(int(t.get("nbytes", 0)) for t in pool
+                               if t.get("kind") != "parameter" and "shared_with" not in t)
+        runtime_only = runtime_only or moment == "runtime"
+        tensors, merged_how = [], set()
+        for tensor_name, records in by_tensor.items():
+            tensor, how = _merge_tensor(records)
+            tensors.append(tensor)
+            merged_how.add(how)
+            owner_of[tensor_name] = name
+        if not tensors and name not in shared:
+            continue
+        role, layer = classify(name, shape.num_layers)
+        detected = detect_format([Tensor(_detect_name(t.name), t.dtype, t.shape, t.nbytes) for t in tensors])
+        notes = []
+        if info.get("scheme"):
+            notes.append(f"scheme {info['scheme']}")
+        if extra_bytes:
+            notes.append(f"{extra_bytes} bytes of vLLM runtime buffers (not weights) left out")
+        if len(ranks) > 1 and tensors:
+            if merged_how == {"replicated"}:
+                notes.append(f"replicated on each of {len(per_rank)} ranks")
+            elif "sharded" in merged_how:
+                notes.append(f"sharded across {len(per_rank)} ranks")
+        repacked = _repacked(per_rank)
+        if repacked:
+            notes.append(repacked)
+        experts = int(info.get("global_num_experts") or 0)
+        if not experts and role == "moe_experts":
+            experts = max((t.shape[0] for t in tensors if len(t.shape) == 3), default=0)
+        modules.append(Module(
+            name=name, layer=layer, role=role, format=detected.format,
+            quant_method=info.get("quant_method") or "none", params=detected.params,
+            tensors=tensors, experts=experts, kernel=_kernel_label(info.get("kernels")),
+            notes=notes))
+
+    by_name = {m.name: m for m in modules}
+    # a tied lm_head: vLLM either makes it the embedding module itself (an alias) or a
+    # module whose weight shares the embedding's storage; either way it owns no bytes
+    for alias, target in aliases.items():
+        if alias not in by_name and target in by_name and classify(alias)[0] == "lm_head":
+            shared[alias] = target
+    for name, target in shared.items():
+        target = owner_of.get(target, target) if target not in by_name else target
+        source = by_name.get(target)
+        if source is None:
+            continue
+        module = by_name.get(name)
+        if module is None:
+            module = Module(name=name, layer=None, role=classify(name)[0], format=source.format,
+                            quant_method=source.quant_method, params=source.params,
+                            kernel=source.kernel)
+            modules.append(module)
+            by_name[name] = module
+        module.tied_to = target
+        module.format, module.params = source.format, source.params
+        module.notes.append(f"tied to {target}: shares its tensor")
+
+    quant, notes = parse_quant_config(config)
+    inventory = Inventory(
+        model_id=str(lead.get("model") or "vllm-capture"), source="vllm", config=config,
+        shape=shape, modules=modules, disagreements=[])
+    if quant is not None:
+        inventory.quant = quant.summary()
+    elif lead.get("quant_config"):
+        inventory.quant = QuantSummary(method=str(lead["quant_config"].get("name") or "unknown"))
+    if runtime_only:
+        inventory.disagreements.append(
+            "the capture has no pre-repack snapshot; bytes are what modules hold after load, "
+            "which misses weights a kernel repacked out of sight (CPU backend)")
+    return inventory
+
+
+def _repacked(per_rank: list[dict]) -> str | None:
+    """A note when vLLM's post-load processing changed the module's parameters."""
+    entry = per_rank[0]
+    if "tensors" not in entry:
+        return None
+    loaded = {t["name"]: t for t in entry["tensors"] if t.get("kind") == "parameter"}
+    if "runtime_tensors" not in entry:  # unchanged by post-load processing
+        return None
+    runtime = {t["name"]: t for t in entry["runtime_tensors"] if t.get("kind") == "parameter"}
+    emptied = [n.rpartition(".")[2] for n, t in loaded.items()
+               if t.get("nbytes") and n in runtime and not runtime[n].get("nbytes")
+               and "shared_with" not in runtime[n]]
+    changed = [n.rpartition(".")[2] for n, t in loaded.items()
+               if n in runtime and runtime[n].get("nbytes") and
+               (runtime[n]["dtype"], runtime[n]["shape"]) != (t["dtype"], t["shape"])]
+    parts = []
+    if emptied:
+        parts.append(f"{', '.join(emptied)} repacked by the kernel after load (held out of sight)")
+    if changed:
+        parts.append(f"{', '.join(changed)} re-laid-out after load")
+    return "; ".join(parts) or None
+
+
+def quant_method_groups(inventory: Inventory) -> dict[str, tuple[int, int]]:
+    """{vLLM quant method class: (modules, bytes)} — the grouping of the hand-made audit
+    (`type(module.quant_method).__name__` over `model.named_modules()`)."""
+    out: dict[str, tuple[int, int]] = {}
+    for module in inventory.modules:
+        count, total = out.get(module.quant_method, (0, 0))
+        out[module.quant_method] = (count + 1, total + module.nbytes)
+    return out

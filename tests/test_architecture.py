@@ -1,0 +1,82 @@
+"""The layout's promises: imports point one way (import-linter contracts in setup.cfg, run on the
+package as it installs), a backwards arrow fails them, and the light CLI paths never import
+torch, transformers or vllm at run time."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+HEAVY = ("torch", "transformers", "vllm", "plotly")
+
+
+def stage_installed_layout(root: Path) -> Path:
+    """roofline/ with hooks/ and reports/ inside it, as setup.cfg's package_dir installs them."""
+    shutil.copytree(REPO / "roofline", root / "roofline", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "hooks", root / "roofline" / "hooks", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "reports", root / "roofline" / "reports", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    if not LINT_IMPORTS.is_file():
+        pytest.fail(f"{LINT_IMPORTS} missing: `scripts/setup.sh --test` installs import-linter", pytrace=False)
+    return subprocess.run([str(LINT_IMPORTS), "--config", str(REPO / "setup.cfg"), "--no-cache"], cwd=root,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_import_contracts_hold(tmp_path):
+    result = lint(stage_installed_layout(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # every contract ran (a renamed package would silently match nothing otherwise)
+    assert "Contracts: 4 kept, 0 broken." in result.stdout
+
+
+@pytest.mark.parametrize("module, backwards_import, contract", [
+    ("model/inventory.py", "from roofline.render.text import text_table", "Data flows one way"),
+    ("predict/traffic.py", "from roofline.sources.local import load_local", "Data flows one way"),
+    ("hooks/walk.py", "from roofline.model.roles import classify", "The vLLM hook imports nothing"),
+    ("sources/local.py", "import torch", "Light CLI never imports torch"),
+])
+def test_a_backwards_arrow_fails_the_contracts(tmp_path, module, backwards_import, contract):
+    root = stage_installed_layout(tmp_path)
+    path = root / "roofline" / module
+    path.write_text(path.read_text() + f"\n\ndef _backwards():\n    {backwards_import}\n")
+    result = lint(root)
+    assert result.returncode != 0
+    broken = [line for line in result.stdout.splitlines() if "BROKEN" in line]
+    assert any(contract in line for line in broken), result.stdout
+
+
+def _modules_after(argv: list[str]) -> tuple[int, list[str], str]:
+    code = (
+        "import json, sys\n"
+        "from roofline.cli import main\n"
+        f"rc = main({argv!r})\n"
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
+        "sys.stderr.write('\\nHEAVY=' + json.dumps([rc, heavy]) + '\\n')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    marker = [line for line in result.stderr.splitlines() if line.startswith("HEAVY=")]
+    assert marker, result.stderr
+    rc, heavy = json.loads(marker[-1][len("HEAVY="):])
+    return rc, heavy, result.stdout
+
+
+def test_help_imports_nothing_heavy():
+    rc, heavy, out = _modules_after(["--help"])
+    assert rc == 0 and "audit" in out
+    assert heavy == []
+
+
+def test_header_audit_imports_nothing_heavy(checkpoint):
+    rc, heavy, out = _modules_after(["audit", str(checkpoint("ct_nvfp4a16")), "--json"])
+    assert rc == 0 and json.loads(out)["source"] == "safetensors"
+    assert heavy == []
