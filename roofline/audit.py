@@ -17,7 +17,7 @@ from roofline.predict.hardware import Hardware
 from roofline.predict.traffic import Scenario, Traffic, compute_traffic
 from roofline.sources.capture import inventory_from_capture
 from roofline.sources.config import load_config_only, load_config_only_hub
-from roofline.sources.hub import load_hub, looks_like_repo_id
+from roofline.sources.hub import NoSafetensors, load_hub, looks_like_repo_id
 from roofline.sources.local import load_local
 
 from . import __version__
@@ -29,7 +29,7 @@ RESIDUAL_ROLES = (LINEAR_ROLES | {"conv1d"}) - {"vision", "audio", "other", "mtp
 
 
 def load_inventory(model: str, *, revision: str | None = None, config_only: bool = False,
-                   from_vllm: str | None = None, trust_remote_code: bool = False) -> Inventory:
+                   from_vllm: str | None = None, trust_remote_code: bool = False, use_cache: bool = True) -> Inventory:
     """Pick the source for MODEL: a vLLM capture, a local folder, or a hub id."""
     if from_vllm:
         return inventory_from_capture(from_vllm)
@@ -41,12 +41,18 @@ def load_inventory(model: str, *, revision: str | None = None, config_only: bool
         if config_only or not has_weights:
             if not os.path.isfile(os.path.join(model, "config.json")):
                 raise RooflineError(f"{model}: no config.json")
-            return load_config_only(model, trust_remote_code=trust_remote_code)
+            return load_config_only(model, trust_remote_code=trust_remote_code, use_cache=use_cache)
         return load_local(model)
     if looks_like_repo_id(model):
         if config_only:
-            return load_config_only_hub(model, revision=revision, trust_remote_code=trust_remote_code)
-        return load_hub(model, revision=revision)
+            return load_config_only_hub(model, revision=revision, trust_remote_code=trust_remote_code,
+                                        use_cache=use_cache)
+        try:
+            return load_hub(model, revision=revision)
+        except NoSafetensors:
+            # config.json but no weights yet: what the config alone says (a local folder does the same)
+            return load_config_only_hub(model, revision=revision, trust_remote_code=trust_remote_code,
+                                        use_cache=use_cache)
     if os.path.exists(model):
         raise RooflineError(f"{model}: not a directory (give the checkpoint folder)")
     raise RooflineError(f"{model}: no such directory, and not a hub id of the form org/name")

@@ -71,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
         return 130
+    except click.UsageError as exc:
+        # one line, like every other error: which option, what is wrong, where help is
+        command = exc.ctx.command_path if exc.ctx is not None else "roofline"
+        click.echo(f"error: {exc.format_message()} (see '{command} --help')", err=True)
+        return exc.exit_code
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code

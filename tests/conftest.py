@@ -27,7 +27,9 @@ REQUIREMENTS = FIXTURES_SOURCE / "requirements.txt"
 CACHE_ROOT = REPO / ".cache" / "fixtures"
 # another interpreter with the same libraries can stand in (e.g. while .venv-fixtures is rebuilt)
 FIXTURE_PYTHON = Path(os.environ.get("ROOFLINE_FIXTURE_PYTHON", REPO / ".venv-fixtures" / "bin" / "python"))
-REFERENCE_CONFIGS = REPO.parent / "shared" / "reference" / "configs"
+# copies of public models' config files (tests/reference_configs/SOURCES.md): the suite never
+# reads the shared folder beside the checkout, which a clean clone (CI) may not have beside it
+REFERENCE_CONFIGS = REPO / "tests" / "reference_configs"
 
 # the tests in this directory import these
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -107,6 +109,20 @@ def _prune_stale(keep: str) -> None:
         lock_path.unlink(missing_ok=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def skeleton_cache_dir(tmp_path_factory):
+    """The config path's skeleton cache, shared by the session's tests (each config is built with
+    transformers once), never the user's ~/.cache. Subprocesses inherit it."""
+    path = tmp_path_factory.mktemp("roofline-cache")
+    previous = os.environ.get("ROOFLINE_CACHE")
+    os.environ["ROOFLINE_CACHE"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("ROOFLINE_CACHE", None)
+    else:
+        os.environ["ROOFLINE_CACHE"] = previous
+
+
 @pytest.fixture(scope="session")
 def checkpoints() -> dict[str, Path]:
     """{name: checkpoint directory} for every fixture (see make_checkpoints.py SPECS)."""
@@ -126,8 +142,5 @@ def checkpoint(checkpoints) -> Callable[[str], Path]:
 
 @pytest.fixture(scope="session")
 def reference_configs() -> Path:
-    """shared/reference/configs: real config.json / hf_quant_config.json of public models."""
-    if not REFERENCE_CONFIGS.is_dir():
-        pytest.fail(f"reference configs not found at {REFERENCE_CONFIGS} "
-                    "(shared/ must sit beside the repository)", pytrace=False)
+    """Real config.json / hf_quant_config.json of public models, copied into tests/."""
     return REFERENCE_CONFIGS

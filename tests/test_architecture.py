@@ -80,3 +80,17 @@ def test_header_audit_imports_nothing_heavy(checkpoint):
     rc, heavy, out = _modules_after(["audit", str(checkpoint("ct_nvfp4a16")), "--json"])
     assert rc == 0 and json.loads(out)["source"] == "safetensors"
     assert heavy == []
+
+
+def test_the_suite_never_reads_shared():
+    """CI runs on a clean clone that may have no ../shared: inputs the tests need are copied into
+    tests/ (reference_configs/ with its SOURCES.md). No test file may reach for ../shared."""
+    offenders = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        if path.resolve() == Path(__file__).resolve():
+            continue
+        text = path.read_text(encoding="utf-8")
+        if '"shared"' in text or "'shared'" in text or "../shared" in text or "shared/reference" in text:
+            offenders.append(path.name)
+    assert offenders == []
+    assert (REPO / "tests" / "reference_configs" / "SOURCES.md").is_file()

@@ -218,3 +218,63 @@ def test_not_a_hub_id(tmp_path):
 def test_bad_options(tmp_path, args, fragment):
     write_checkpoint(tmp_path / "m")
     assert_one_line_error(run("audit", str(tmp_path / "m"), *args), fragment)
+
+
+# ------------------------------------------------------------------------------- numeric options
+EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "Qwen3-8B")
+
+
+@pytest.mark.parametrize("argv", [
+    ["audit", EXAMPLE, "--bandwidth", "nan"], ["audit", EXAMPLE, "--bandwidth", "inf"],
+    ["audit", EXAMPLE, "--bandwidth", "-273"], ["audit", EXAMPLE, "--bandwidth", "0"],
+    ["audit", EXAMPLE, "--acceptance-rate", "1.01"], ["audit", EXAMPLE, "--acceptance-rate", "-0.1"],
+    ["audit", EXAMPLE, "--acceptance-rate", "nan"], ["audit", EXAMPLE, "--batch", "0"],
+    ["audit", EXAMPLE, "--batch", "-3"], ["audit", EXAMPLE, "--context", "0"],
+    ["audit", EXAMPLE, "--context", "99999999999"], ["audit", EXAMPLE, "--speculative", "-1"],
+    ["audit", EXAMPLE, "--speculative", "1000"], ["audit", EXAMPLE, "--rows", "0"],
+    ["plan", EXAMPLE, "--concurrency", "0"], ["plan", EXAMPLE, "--tp", "0"], ["plan", EXAMPLE, "--tp", "-2"],
+    ["plan", EXAMPLE, "--memory-budget", "nan"], ["plan", EXAMPLE, "--memory-budget", "-1"],
+    ["plan", EXAMPLE, "--bandwidth", "1e400"], ["plan", EXAMPLE, "--context", "-1"], ["plan", EXAMPLE, "--top", "0"],
+    ["kernels", EXAMPLE, "--launch-us", "nan"], ["kernels", EXAMPLE, "--layers", "0"],
+    ["validate", "--audit-json", "a.json", "--measured", "nan"], ["validate", "--audit-json", "a.json", "--measured", "0"],
+    ["validate", "--audit-json", "a.json", "--measured", "-5"],
+    ["calibrate", "--efficiency", "0"], ["calibrate", "--efficiency", "1.5"], ["calibrate", "--size-mb", "inf"],
+    ["calibrate", "--repetitions", "0"], ["calibrate", "--threads", "0"],
+    ["capture", "some/model", "--timeout", "nan"],
+    ["bench", "--url", "http://127.0.0.1:9/v1", "--warmup", "-1"],
+    ["bench", "--url", "http://127.0.0.1:9/v1", "--sweep-rounds", "0"],
+])
+def test_numeric_options_are_checked_at_the_edge(argv, capsys):
+    """Non-finite, non-positive or out-of-range numbers: one line, exit code 2, nothing computed."""
+    from roofline.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: Invalid value for") and err.count("\n") == 1 and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------- absurd configs
+QWEN3_8B_CONFIG = json.loads((Path(EXAMPLE) / "config.json").read_text())
+MOE_CONFIG = json.loads((Path(__file__).parent / "reference_configs" / "Qwen__Qwen3-30B-A3B" / "config.json")
+                        .read_text())
+
+
+@pytest.mark.parametrize("base, change, message", [
+    (QWEN3_8B_CONFIG, {"num_hidden_layers": 10_000_000}, "num_hidden_layers = 1e+07 is implausibly large"),
+    (QWEN3_8B_CONFIG, {"hidden_size": 10**9}, "hidden_size = 1e+09 is implausibly large"),
+    (QWEN3_8B_CONFIG, {"vocab_size": 10**10}, "vocab_size = 1e+10 is implausibly large"),
+    (MOE_CONFIG, {"num_experts": 10**6}, "num_experts = 1e+06 is implausibly large"),
+    (MOE_CONFIG, {"num_hidden_layers": 2000, "num_experts": 60000}, "expert matrices ~ 1.2e+08"),
+    (QWEN3_8B_CONFIG, {"num_hidden_layers": "36"}, "num_hidden_layers = '36' is not a number"),
+    (QWEN3_8B_CONFIG, {"intermediate_size": -1}, "intermediate_size = -1 is negative"),
+    (QWEN3_8B_CONFIG, {"text_config": {"num_hidden_layers": 10**6}}, "text_config.num_hidden_layers = 1e+06"),
+])
+def test_absurd_config_sizes_are_refused_before_building(tmp_path, base, change, message):
+    model = tmp_path / "absurd"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(dict(base, **change)))
+    proc = subprocess.run([sys.executable, "-m", "roofline.cli", "audit", str(model), "--no-cache"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: config.json: ") and message in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -331,13 +331,16 @@ def test_url_without_path_gets_v1():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--max-tokens", "1"], "--max-tokens must be at least 2"),
-    (["--runs", "0"], "--runs must be at least 1"),
-    (["--concurrency", "1,x"], "--concurrency '1,x'"),
-    (["--timeout", "0"], "--timeout must be positive"),
+    (["--max-tokens", "1"], "'--max-tokens': 1 is not in the range 2<="),
+    (["--runs", "0"], "'--runs': 0 is not in the range 1<="),
+    (["--concurrency", "1,x"], "--concurrency: 'x' is not a whole number"),
+    (["--concurrency", "1,2,2"], "repeats a value"),
+    (["--concurrency", "0"], "0 is out of range 1..4096"),
+    (["--timeout", "0"], "'--timeout': 0 is out of range"),
+    (["--timeout", "nan"], "'--timeout': 'nan' is not a finite number"),
 ])
 def test_cli_bad_options(args, message, capsys):
-    assert main(["bench", "--url", "http://127.0.0.1:9/v1", *args]) == 1
+    assert main(["bench", "--url", "http://127.0.0.1:9/v1", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
 

@@ -122,3 +122,20 @@ def test_offline_with_cached_snapshot_audits(tmp_path, sharded):
     proc = audit(["acme/tiny-qwen3", "--json"], offline)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["source"] == "hub-cache"
+
+
+def test_repo_without_safetensors_yet_is_audited_from_its_config(tmp_path, sharded):
+    """A repository with config.json and no weights (yet) gets the config-only audit, as a local
+    folder does, through the same skeleton cache."""
+    config_only = tmp_path / "config-only"
+    config_only.mkdir()
+    (config_only / "config.json").write_bytes((sharded / "config.json").read_bytes())
+    with HubStandIn({"acme/tiny-qwen3": sharded, "acme/not-yet": config_only}) as hub:
+        env = hub_env(tmp_path, hub.url, ROOFLINE_CACHE=str(tmp_path / "cache"))
+        proc = audit(["acme/not-yet", "--json"], env)
+        assert proc.returncode == 0, proc.stderr
+        fallback = json.loads(proc.stdout)
+        explicit = json.loads(audit(["acme/tiny-qwen3", "--config-only", "--json"], env).stdout)
+    assert fallback["source"] == "config" and fallback["model"] == "acme/not-yet"
+    assert fallback["weight_bytes"] == explicit["weight_bytes"] > 0
+    assert len(list((tmp_path / "cache" / "skeletons").glob("*.json"))) == 1  # one config, one entry

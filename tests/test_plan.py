@@ -148,5 +148,27 @@ def test_cli_text_and_bad_input(capsys):
     assert main(["plan", str(REFERENCE / "Qwen__Qwen3-8B"), "--formats", "fp8,nvfp4-w4a16"]) == 0
     out = capsys.readouterr().out
     assert "top pick:" in out and "vllm serve" in out
-    assert main(["plan", str(REFERENCE / "Qwen__Qwen3-8B"), "--concurrency", "0"]) == 1
-    assert "error: --concurrency" in capsys.readouterr().err
+    assert main(["plan", str(REFERENCE / "Qwen__Qwen3-8B"), "--concurrency", "0"]) == 2
+    assert "error: Invalid value for '--concurrency'" in capsys.readouterr().err
+
+
+def test_grouped_expert_records_give_the_per_expert_bytes_exactly():
+    """simulate() treats an expert stack as one record per kind of weight with the expert count
+    as its leading dimension: its bytes must equal requantizing every expert one by one."""
+    from roofline.model.formats import get_format
+    from roofline.model.storage import stored_tensors
+    from roofline.sources.config import load_config_only
+
+    base = load_config_only(str(REFERENCE / "Qwen__Qwen3-30B-A3B"))
+    experts = next(m for m in base.modules if m.role == "moe_experts")
+    assert experts.experts == 128 and len(experts.tensors) == 3 * 128
+    for fmt in ("nvfp4-w4a16", "nvfp4-w4a4", "fp8", "int4-awq", "mxfp4"):
+        sim = simulate(base, fmt, get_recipe("default"))
+        stacked = sim.by_name()[experts.name]
+        method = stacked.quant_method
+        group = get_format(fmt).group_size or 128
+        one_by_one = sum(t.nbytes for w in experts.tensors for t in stored_tensors(w, fmt, method, group_size=group))
+        assert stacked.nbytes == one_by_one, fmt
+        assert stacked.params == experts.params
+        assert all(t.shape[0] == 128 for t in stacked.tensors)  # one record per kind, experts leading
+        assert all(t.name.startswith(experts.name + ".") for t in stacked.tensors)

@@ -281,8 +281,11 @@ def _checkpoint_name(base: Inventory, target: str, recipe: str) -> tuple[str, st
 
 
 def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: list[str],
-              recipe_names: list[str]) -> tuple[list[Recommendation], list[str]]:
-    """Ranked recommendations, best first, and notes about combinations that were dropped."""
+              recipe_names: list[str], simulated: dict[tuple[str, str], Inventory] | None = None,
+              ) -> tuple[list[Recommendation], list[str]]:
+    """Ranked recommendations, best first, and notes about combinations that were dropped.
+    `simulated`: inventories already simulated, by (format, recipe), reused instead of redone."""
+    simulated = simulated or {}
     workload = workload.validate()
     cfg = rules()
     notes: list[str] = []
@@ -296,7 +299,7 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
     for recipe_name in recipe_names:
         recipe = get_recipe(recipe_name)
         for fmt in formats:
-            sim = simulate(base, fmt, recipe)
+            sim = simulated.get((fmt, recipe_name)) or simulate(base, fmt, recipe)
             signature = (fmt, tuple(m.format for m in sim.modules))
             if signature in seen:  # e.g. BF16 is the same under every recipe
                 continue
@@ -463,5 +466,6 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
     kv = kv_cache_dtype if kv_cache_dtype != "auto" else ("fp8" if "fp8" in hardware.tensor_tflops else "auto")
     simulated = simulate_all(inventory, formats, recipes, Scenario(batch=1, context=context, kv_cache_dtype=kv),
                              hardware)
-    recommendations, notes = recommend(inventory, hardware, workload, formats, recipes)
+    recommendations, notes = recommend(inventory, hardware, workload, formats, recipes,
+                                       simulated={(s.format, s.recipe): s.inventory for s in simulated})
     return Plan(inventory, hardware, workload, simulated, recommendations, notes)

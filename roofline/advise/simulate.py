@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from roofline.data import load_table
 from roofline.errors import RooflineError
 from roofline.model.formats import PLAIN_FORMATS, get_format
+from roofline.model.grouping import module_and_expert
 from roofline.model.inventory import Inventory, Module, QuantSummary, Tensor
 from roofline.model.quant_config import LINEAR_ROLES
 from roofline.model.roles import ROLES
@@ -95,29 +96,87 @@ def _is_matrix(tensor: Tensor) -> bool:
     return len(tensor.shape) >= 2 and tensor.name.rpartition(".")[2] in MATRIX_SUFFIXES
 
 
-def _requantize(module: Module, fmt: str, method: str, model_type: str) -> tuple[list[Tensor], int, str | None]:
+@dataclass(frozen=True)
+class StackPlan:
+    """A plain module's weights as records to requantize: the routed experts of a layer are
+    hundreds of weights of one shape, simulated as one record per kind
+    (`mlp.experts.gate_proj.weight` for `mlp.experts.{0..E-1}.gate_proj.weight`) whose stored
+    tensors carry the expert count as a leading dimension, so the bytes are exact and the work is
+    per kind of weight, not per expert. Computed once per base module, reused by every format."""
+
+    records: tuple[tuple[Tensor, int], ...]  # (representative 2-D weight, how many it stands for)
+    # fused 3-D expert weights [E, out, in] as they are, with their records: a producer whose
+    # layout keeps the stack fused (gpt-oss MXFP4) stores them whole
+    fused: tuple[tuple[Tensor, Tensor, int], ...]
+    kept: tuple[Tensor, ...]  # tensors that are not weights (norms, biases): stored as they are
+    params: int
+
+def _representative(tensor: Tensor) -> tuple[str, Tensor, int]:
+    """(record name, one 2-D weight of the kind, how many weights the tensor holds)."""
+    if len(tensor.shape) == 3:  # fused [E, out, in] (transformers 5 / fused checkpoints)
+        experts, rows, cols = tensor.shape
+        prefix, _, proj = tensor.name.rpartition(".")
+        record = f"{prefix}.{proj}.weight"
+        return record, Tensor(record, tensor.dtype, (rows, cols), tensor.nbytes // max(experts, 1)), experts
+    module, expert = module_and_expert(tensor.name)
+    if expert is None:
+        return tensor.name, tensor, 1
+    record = f"{module}.{tensor.name[len(module) + 1:].partition('.')[2]}"
+    return record, Tensor(record, tensor.dtype, tensor.shape, tensor.nbytes), 1
+
+
+def stack_plan(module: Module) -> StackPlan:
+    stacks: dict[tuple, list] = {}  # (record, dtype, shape) -> [representative, count]
+    fused, kept, params = [], [], 0
+    for tensor in module.tensors:
+        if not _is_matrix(tensor):
+            kept.append(tensor)
+            continue
+        count = 1
+        for d in tensor.shape:
+            count *= d
+        params += count
+        record, representative, copies = _representative(tensor)
+        if len(tensor.shape) == 3:
+            fused.append((tensor, representative, copies))
+            continue
+        stack = stacks.setdefault((record, representative.dtype, representative.shape), [representative, 0])
+        stack[1] += copies
+    return StackPlan(tuple((r, n) for r, n in stacks.values()), tuple(fused), tuple(kept), params)
+
+
+def _stacked(stored: list[Tensor], count: int) -> list[Tensor]:
+    if count == 1:
+        return stored
+    return [Tensor(t.name, t.dtype, (count, *t.shape), t.nbytes * count) for t in stored]
+
+
+def _requantize(module: Module, plan: StackPlan, fmt: str, method: str,
+                model_type: str) -> tuple[list[Tensor], int, str | None]:
     """(tensors, params, note) of a module stored in `fmt`."""
     if module.format in PLAIN:
-        tensors, params = [], 0
-        for tensor in module.tensors:
-            if _is_matrix(tensor):
-                count = 1
-                for d in tensor.shape:
-                    count *= d
-                params += count
-                tensors.extend(stored_tensors(tensor, fmt, method, model_type=model_type,
-                                              group_size=get_format(fmt).group_size or 128))
+        group_size = get_format(fmt).group_size or 128
+        tensors = list(plan.kept)
+        records = list(plan.records)
+        for whole, representative, copies in plan.fused:
+            if fmt == "mxfp4" and method == "mxfp4":  # gpt-oss's own layout stores the stack whole
+                tensors += stored_tensors(whole, fmt, method, model_type=model_type, group_size=group_size)
             else:
-                tensors.append(tensor)
-        return tensors, params or module.params, None
+                records.append((representative, copies))
+        for representative, copies in records:
+            stored = stored_tensors(representative, fmt, method, model_type=model_type, group_size=group_size)
+            tensors += _stacked(stored, copies)
+        return tensors, plan.params or module.params, None
     nbytes = round(module.params * get_format(fmt).bytes_per_weight)
     tensor = Tensor(f"{module.name}.simulated_{fmt}", "U8", (nbytes,), nbytes)
     return [tensor], module.params, (f"stored {module.format} in the base checkpoint: {fmt} bytes estimated "
                                      f"from {module.params} params x bytes_per_weight")
 
 
-def simulate(base: Inventory, target: str, recipe: Recipe) -> Inventory:
-    """The inventory the base model would have after quantizing to `target` under `recipe`."""
+def simulate(base: Inventory, target: str, recipe: Recipe, plans: dict[str, StackPlan] | None = None) -> Inventory:
+    """The inventory the base model would have after quantizing to `target` under `recipe`.
+    `plans`: stack plans by module name, shared between the simulations of one base."""
+    plans = {} if plans is None else plans
     get_format(target)  # unknown format: one clear error
     made_by = producer(target)
     model_type = base.shape.model_type
@@ -126,11 +185,17 @@ def simulate(base: Inventory, target: str, recipe: Recipe) -> Inventory:
     changed = {}
     for module in base.modules:
         fmt = format_for(recipe, module.role, target) if module.role in LINEAR_ROLES else None
-        if fmt is None or module.tied_to or fmt == module.format or not any(_is_matrix(t) for t in module.tensors):
+        if fmt is None or module.tied_to or fmt == module.format:
+            modules.append(module)
+            continue
+        plan = plans.get(module.name)
+        if plan is None:
+            plan = plans[module.name] = stack_plan(module)
+        if not plan.records and not plan.fused:  # no weight matrix to requantize
             modules.append(module)
             continue
         method = producer(fmt).method
-        tensors, params, note = _requantize(module, fmt, method, model_type)
+        tensors, params, note = _requantize(module, plan, fmt, method, model_type)
         if note:
             notes.append(note)
         changed[module.name] = fmt
@@ -161,10 +226,11 @@ class SimulatedFormat:
 
 def simulate_all(base: Inventory, formats: list[str], recipe_names: list[str], scenario, hardware) -> list[SimulatedFormat]:
     out = []
+    plans: dict[str, StackPlan] = {}
     for recipe_name in recipe_names:
         recipe = get_recipe(recipe_name)
         for fmt in formats:
-            inventory = simulate(base, fmt, recipe)
+            inventory = simulate(base, fmt, recipe, plans)
             traffic = compute_traffic(inventory, scenario)
             ceiling = compute_ceiling(traffic, hardware)
             out.append(SimulatedFormat(fmt, recipe_name, inventory, inventory.weight_bytes, traffic.bytes_per_token,

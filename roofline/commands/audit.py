@@ -8,13 +8,15 @@ import click
 
 from roofline.errors import RooflineError
 
-from .options import scenario_from, scenario_options
+from . import types
+from .options import no_cache_option, scenario_from, scenario_options
 
 
 @click.command(name="audit")
 @click.argument("model", required=False)
 @click.option("--revision", default=None, help="Hub revision (branch, tag or commit).")
 @click.option("--config-only", is_flag=True, help="Build the inventory from config.json alone (no safetensors).")
+@no_cache_option
 @click.option("--from-vllm", "from_vllm", type=click.Path(dir_okay=False), default=None,
               help="Audit a live inventory written by `roofline capture`.")
 @click.option("--trust-remote-code", is_flag=True, help="Allow the config's own code (config-only path). Off by default.")
@@ -23,8 +25,8 @@ from .options import scenario_from, scenario_options
 @click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON to a file.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write the HTML report.")
 @click.option("--cdn", is_flag=True, help="HTML: load plotly.js from its CDN instead of inlining it.")
-@click.option("--rows", default=25, show_default=True, help="Rows of the terminal table.")
-def command(model, revision, config_only, from_vllm, trust_remote_code, as_json, json_out, html_path, cdn, rows,
+@click.option("--rows", type=types.ROWS, default=25, show_default=True, help="Rows of the terminal table.")
+def command(model, revision, config_only, no_cache, from_vllm, trust_remote_code, as_json, json_out, html_path, cdn, rows,
             **kwargs):
     """Bytes per decoded token, BF16 residuals and the decode ceiling of MODEL: a local
     checkpoint folder, a Hugging Face id (org/name; headers only, no weights), or a folder with
@@ -35,7 +37,7 @@ def command(model, revision, config_only, from_vllm, trust_remote_code, as_json,
         raise RooflineError("give MODEL (a folder or org/name) or --from-vllm CAPTURE.json")
     scenario, hardware = scenario_from(kwargs)
     inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm,
-                               trust_remote_code=trust_remote_code)
+                               trust_remote_code=trust_remote_code, use_cache=not no_cache)
     result = run_audit(inventory, scenario, hardware)
     payload = None
     if as_json or json_out:

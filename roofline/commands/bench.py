@@ -8,18 +8,7 @@ import click
 
 from roofline.errors import RooflineError
 
-
-def parse_levels(text: str | None) -> tuple[int, ...]:
-    """"1,2,4,8" -> (1, 2, 4, 8)."""
-    if not text:
-        return ()
-    try:
-        levels = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
-    except ValueError:
-        raise RooflineError(f"--concurrency {text!r}: give comma-separated integers such as 1,2,4,8") from None
-    if any(level < 1 for level in levels):
-        raise RooflineError("--concurrency levels must be at least 1")
-    return levels
+from . import types
 
 
 def bench_options(func):
@@ -32,10 +21,10 @@ def bench_options(func):
         click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True,
                      help="Endpoint: /completions (raw prompt) or /chat/completions (chat template)."),
         click.option("--prompt", default=None, help="Prompt text (default: a short fixed sentence)."),
-        click.option("--max-tokens", type=int, default=128, show_default=True, help="Tokens decoded per request."),
-        click.option("--runs", type=int, default=5, show_default=True, help="Measured single-stream requests."),
-        click.option("--warmup", type=int, default=1, show_default=True, help="Unmeasured requests first."),
-        click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True,
+        click.option("--max-tokens", type=types.DECODE_TOKENS, default=128, show_default=True, help="Tokens decoded per request."),
+        click.option("--runs", type=types.RUNS, default=5, show_default=True, help="Measured single-stream requests."),
+        click.option("--warmup", type=types.WARMUP, default=1, show_default=True, help="Unmeasured requests first."),
+        click.option("--timeout", "timeout_s", type=types.SECONDS, default=60.0, show_default=True,
                      help="Seconds per request (connect, each read, and the whole stream)."),
         click.option("--no-ignore-eos", is_flag=True,
                      help="Do not ask the server to decode past the end-of-sequence token."),
@@ -59,7 +48,7 @@ def config_from(url: str, kwargs: dict, concurrency: tuple[int, ...] = (), sweep
 @bench_options
 @click.option("--concurrency", "concurrency_text", default=None,
               help="Also sweep these concurrent-stream counts, e.g. 1,2,4,8 (aggregate tok/s).")
-@click.option("--sweep-rounds", type=int, default=3, show_default=True, help="Rounds per concurrency level.")
+@click.option("--sweep-rounds", type=types.RUNS, default=3, show_default=True, help="Rounds per concurrency level.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON to a file.")
 @click.option("--quiet", "-q", is_flag=True, help="No per-run progress lines.")
@@ -71,7 +60,7 @@ def command(url, concurrency_text, sweep_rounds, as_json, json_out, quiet, **kwa
 
     if not url:
         raise RooflineError("give --url, the API base of the server, e.g. http://127.0.0.1:8000/v1")
-    cfg = config_from(url, kwargs, parse_levels(concurrency_text), sweep_rounds)
+    cfg = config_from(url, kwargs, types.parse_int_list(concurrency_text, "--concurrency", 1, 4096), sweep_rounds)
     progress = None if (quiet or as_json) else (lambda message: click.echo(message, err=True))
     result = run_bench(cfg, progress=progress)
     payload = result.to_json()

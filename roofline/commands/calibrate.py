@@ -8,19 +8,21 @@ import click
 
 from roofline.errors import RooflineError
 
+from . import types
+
 
 @click.command(name="calibrate")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N, or auto (a GPU if torch sees one).")
-@click.option("--size-mb", "buffer_mb", type=float, default=512, show_default=True,
+@click.option("--size-mb", "buffer_mb", type=types.BUFFER_MIB, default=512, show_default=True,
               help="MiB per buffer; must be far larger than the last-level cache.")
-@click.option("--repetitions", type=int, default=10, show_default=True, help="Timed repetitions per kernel.")
-@click.option("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice).")
+@click.option("--repetitions", type=types.RUNS, default=10, show_default=True, help="Timed repetitions per kernel.")
+@click.option("--threads", type=types.THREADS, default=None, help="CPU threads for torch (default: torch's choice).")
 @click.option("--save", "save_key", default=None, metavar="KEY",
               help="Save the result as hardware entry KEY, usable as --hardware KEY.")
 @click.option("--hardware-file", type=click.Path(dir_okay=False), default=None,
               help="File to save into (default: $ROOFLINE_HARDWARE_FILE or ~/.config/roofline/hardware.toml).")
 @click.option("--name", default=None, help="Display name of the saved entry.")
-@click.option("--efficiency", type=float, default=0.75, show_default=True,
+@click.option("--efficiency", type=types.EFFICIENCY, default=0.75, show_default=True,
               help="Saved entry: prior share of the roof a decode engine reaches on this host.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, name, efficiency, as_json):

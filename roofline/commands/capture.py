@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import click
 
+from . import types
+
 
 @click.command(name="capture", context_settings={"ignore_unknown_options": True})
 @click.argument("model")
 @click.argument("vllm_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-o", "--out", "out", type=click.Path(dir_okay=False), default="capture.json",
               show_default=True, help="Capture JSON to write.")
-@click.option("--timeout", type=float, default=1800.0, show_default=True,
+@click.option("--timeout", type=types.SECONDS, default=1800.0, show_default=True,
               help="Seconds to wait for vLLM to load the model.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream vLLM's output.")
 def command(model, vllm_args, out, timeout, verbose):

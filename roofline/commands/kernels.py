@@ -8,25 +8,27 @@ import click
 
 from roofline.errors import RooflineError
 
-from .options import scenario_from, scenario_options
+from . import types
+from .options import no_cache_option, scenario_from, scenario_options
 
 
 @click.command(name="kernels")
 @click.argument("model", required=False)
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="A torch-profiler chrome trace (.json or .json.gz) of one decode step: measured counts.")
-@click.option("--layers", "num_layers", type=int, default=None,
+@click.option("--layers", "num_layers", type=types.LAYERS, default=None,
               help="With --trace alone: decoder layers of the traced model (ignore layer indices past it).")
 @click.option("--backend", default=None, help="Kernel backend for the table estimate (marlin, flashinfer-cutlass, ...).")
-@click.option("--launch-us", "launch_us", type=float, default=None,
+@click.option("--launch-us", "launch_us", type=types.LAUNCH_US, default=None,
               help="Override the host launch cost per kernel, microseconds.")
 @click.option("--revision", default=None, help="Hub revision (branch, tag or commit).")
 @click.option("--config-only", is_flag=True, help="Build the inventory from config.json alone (no safetensors).")
+@no_cache_option
 @click.option("--from-vllm", "from_vllm", type=click.Path(dir_okay=False), default=None,
               help="Use a live inventory written by `roofline capture`.")
 @scenario_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def command(model, trace_path, num_layers, backend, launch_us, revision, config_only, from_vllm, as_json, **kwargs):
+def command(model, trace_path, num_layers, backend, launch_us, revision, config_only, no_cache, from_vllm, as_json, **kwargs):
     """Kernels per decode step per layer (from a profiler trace, or estimated from the kernel
     table for MODEL), and with MODEL the eager vs CUDA-graph decode speed on --hardware."""
     from roofline.live.profiler_trace import parse_trace
@@ -38,7 +40,8 @@ def command(model, trace_path, num_layers, backend, launch_us, revision, config_
     inventory = None
     if model or from_vllm:
         from roofline.audit import load_inventory
-        inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm)
+        inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm,
+                                   use_cache=not no_cache)
         num_layers = num_layers or inventory.shape.num_layers
     if trace_path:
         profile = parse_trace(trace_path, num_layers=num_layers,

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+from . import types
+
 from roofline.predict.hardware import get_hardware
 from roofline.predict.traffic import Scenario
 
@@ -11,14 +13,14 @@ def scenario_options(func):
     for option in reversed([
         click.option("--hardware", "hardware_name", default="gb10", show_default=True,
                      help="Target from the hardware catalogue (gb10, h100-sxm, h200, b200, rtx-pro-6000, ...)."),
-        click.option("--bandwidth", type=float, default=None, help="Override the memory bandwidth, GB/s."),
-        click.option("--batch", type=int, default=1, show_default=True, help="Sequences decoded together."),
-        click.option("--context", type=int, default=1024, show_default=True, help="Tokens in each sequence's KV cache."),
+        click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s."),
+        click.option("--batch", type=types.SEQUENCES, default=1, show_default=True, help="Sequences decoded together."),
+        click.option("--context", type=types.CONTEXT_TOKENS, default=1024, show_default=True, help="Tokens in each sequence's KV cache."),
         click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto",
                      show_default=True, help="KV cache dtype (auto: the model dtype, as vLLM)."),
-        click.option("--speculative", "speculative_tokens", type=int, default=0, show_default=True,
+        click.option("--speculative", "speculative_tokens", type=types.DRAFT_TOKENS, default=0, show_default=True,
                      help="MTP draft tokens per step (0: off)."),
-        click.option("--acceptance-rate", type=float, default=0.7, show_default=True,
+        click.option("--acceptance-rate", type=types.ACCEPTANCE, default=0.7, show_default=True,
                      help="Draft-token acceptance rate when --speculative is on."),
     ]):
         func = option(func)
@@ -32,3 +34,9 @@ def scenario_from(kwargs: dict) -> tuple[Scenario, object]:
                         acceptance_rate=kwargs.pop("acceptance_rate")).validate()
     hardware = get_hardware(kwargs.pop("hardware_name"), kwargs.pop("bandwidth"))
     return scenario, hardware
+
+
+no_cache_option = click.option(
+    "--no-cache", is_flag=True,
+    help="Config-only path: build the skeleton afresh instead of reading the cache ($ROOFLINE_CACHE, else "
+         "$XDG_CACHE_HOME/roofline or ~/.cache/roofline).")

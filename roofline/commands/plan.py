@@ -8,6 +8,9 @@ import click
 
 from roofline.errors import RooflineError
 
+from . import types
+from .options import no_cache_option
+
 DEFAULT_FORMATS = "bf16,fp8,nvfp4-w4a16,nvfp4-w4a4,mxfp4,int4-awq"
 # "aggressive" (lm_head in 4 bits too) trades accuracy for bytes: compared only when asked for
 DEFAULT_RECIPES = "default,modelopt,hybrid-safe"
@@ -24,25 +27,26 @@ def _split(value: str, what: str) -> list[str]:
 @click.argument("model")
 @click.option("--revision", default=None, help="Hub revision (branch, tag or commit).")
 @click.option("--config-only", is_flag=True, help="Build the inventory from config.json alone (no safetensors).")
+@no_cache_option
 @click.option("--trust-remote-code", is_flag=True, help="Allow the config's own code (config-only path). Off by default.")
 @click.option("--formats", default=DEFAULT_FORMATS, show_default=True,
               help="Formats to simulate, comma-separated (keys of roofline/data/formats.toml).")
 @click.option("--recipe", "recipes", default=DEFAULT_RECIPES, show_default=True,
               help="Quantization recipes, comma-separated (roofline/data/recipes.toml).")
 @click.option("--hardware", "hardware_name", default="gb10", show_default=True, help="Target from the hardware catalogue.")
-@click.option("--bandwidth", type=float, default=None, help="Override the memory bandwidth, GB/s.")
-@click.option("--concurrency", type=int, default=1, show_default=True, help="Concurrent sequences to serve.")
-@click.option("--context", type=int, default=4096, show_default=True, help="Tokens per sequence (KV cache length).")
+@click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s.")
+@click.option("--concurrency", type=types.SEQUENCES, default=1, show_default=True, help="Concurrent sequences to serve.")
+@click.option("--context", type=types.CONTEXT_TOKENS, default=4096, show_default=True, help="Tokens per sequence (KV cache length).")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True,
               help="KV cache dtype; auto lets the rules pick fp8 where it pays.")
-@click.option("--memory-budget", type=float, default=None, help="GB of device memory vLLM may use (default: rules).")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel ranks (2: e.g. two GB10 boxes).")
+@click.option("--memory-budget", type=types.MEMORY_GB, default=None, help="GB of device memory vLLM may use (default: rules).")
+@click.option("--tp", type=types.TP_RANKS, default=1, show_default=True, help="Tensor-parallel ranks (2: e.g. two GB10 boxes).")
 @click.option("--link", default=None, help="Interconnect for --tp (rules.toml [link.*]; default per hardware).")
-@click.option("--top", default=12, show_default=True, help="Rows of the ranked table.")
+@click.option("--top", type=types.ROWS, default=12, show_default=True, help="Rows of the ranked table.")
 @click.option("--json", "as_json", is_flag=True, help="Print the simulation and the ranked rows as JSON.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Add the format comparison to this HTML report (written by `audit --html`), or write one.")
-def command(model, revision, config_only, trust_remote_code, formats, recipes, hardware_name, bandwidth, concurrency,
+def command(model, revision, config_only, no_cache, trust_remote_code, formats, recipes, hardware_name, bandwidth, concurrency,
             context, kv_cache_dtype, memory_budget, tp, link, top, as_json, html_path):
     """Simulate quantization formats on MODEL (a checkpoint folder, a hub id, or a folder with
     only config.json) and recommend format, recipe, vLLM backend and flags for a device and a
@@ -53,7 +57,7 @@ def command(model, revision, config_only, trust_remote_code, formats, recipes, h
 
     hardware = get_hardware(hardware_name, bandwidth)
     inventory = load_inventory(model, revision=revision, config_only=config_only,
-                               trust_remote_code=trust_remote_code)
+                               trust_remote_code=trust_remote_code, use_cache=not no_cache)
     plan = build_plan(inventory, hardware, formats=_split(formats, "formats"), recipes=_split(recipes, "recipe"),
                       concurrency=concurrency, context=context, kv_cache_dtype=kv_cache_dtype,
                       memory_budget_gb=memory_budget, tp=tp, link=link)

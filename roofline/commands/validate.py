@@ -10,8 +10,9 @@ from click.core import ParameterSource
 
 from roofline.errors import RooflineError
 
+from . import types
 from .bench import bench_options, config_from
-from .options import scenario_from, scenario_options
+from .options import no_cache_option, scenario_from, scenario_options
 
 SCENARIO_PARAMS = ("hardware_name", "bandwidth", "batch", "context", "kv_cache_dtype", "speculative_tokens",
                    "acceptance_rate")
@@ -34,7 +35,7 @@ def _load_json(path: str, what: str) -> dict:
 
 @click.command(name="validate")
 @click.argument("model", required=False)
-@click.option("--measured", "measured_tok_s", type=float, default=None,
+@click.option("--measured", "measured_tok_s", type=types.TOK_S, default=None,
               help="Measured single-stream decode tok/s (from any benchmark).")
 @click.option("--bench-json", type=click.Path(dir_okay=False), default=None,
               help="A saved `roofline bench --json` result.")
@@ -43,6 +44,7 @@ def _load_json(path: str, what: str) -> dict:
               help="A saved `roofline audit --json` result instead of auditing MODEL.")
 @click.option("--revision", default=None, help="Hub revision of MODEL.")
 @click.option("--config-only", is_flag=True, help="Audit MODEL from config.json alone.")
+@no_cache_option
 @scenario_options
 @click.option("--record", "record_path", default=None, type=click.Path(dir_okay=False),
               help="Validation record to append to (JSON lines).  [default: ./roofline-validation.jsonl]")
@@ -50,7 +52,7 @@ def _load_json(path: str, what: str) -> dict:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Write an HTML report of the audit with this model's validation rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def command(model, measured_tok_s, bench_json, url, audit_json, revision, config_only, record_path, no_record,
+def command(model, measured_tok_s, bench_json, url, audit_json, revision, config_only, no_cache, record_path, no_record,
             html_path, as_json, **kwargs):
     """Set a measured decode tok/s beside the ceiling and the expected speed of MODEL for the
     same scenario: bandwidth utilisation and a verdict, with suspects when it falls short.
@@ -111,7 +113,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         from roofline.audit import load_inventory, run_audit
 
         scenario, hardware = scenario_from(kwargs)
-        inventory = load_inventory(model, revision=revision, config_only=config_only)
+        inventory = load_inventory(model, revision=revision, config_only=config_only, use_cache=not no_cache)
         audit = run_audit(inventory, scenario, hardware).to_json()
 
     result = validate(audit, measured_tok_s)
@@ -125,8 +127,12 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         if os.path.isfile(html_path):
             rows = [row]  # the report already holds the earlier rows
         else:
-            rows = read_records(recorded) if recorded else [row]
-            rows = [r for r in rows if r.get("model") == result.model] or [row]
+            rows = [row]
+            if recorded:
+                records = read_records(recorded)
+                if records.unreadable:
+                    click.echo(f"note: {records.note(recorded)}", err=True)
+                rows = [r for r in records.rows if r.get("model") == result.model] or [row]
         update_report(html_path, audit, validation=rows)
     if as_json:
         payload = result.to_json() | {"record": row, "recorded_in": recorded}

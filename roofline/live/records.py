@@ -5,10 +5,13 @@ checkpoints, engines and roofline versions; the HTML report shows the rows as th
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import platform
 import time
+from dataclasses import dataclass
 
 from roofline import __version__
 from roofline.errors import RooflineError
@@ -65,35 +68,61 @@ def record_row(validation, *, measured_by: str, bench: dict | None = None, audit
 
 
 def append_record(path: str, row: dict) -> str:
+    """Append one row as one line. A crash or a full disk can leave a torn last line; the next
+    append must not continue it (that would make the new row unreadable too), so a file that does
+    not end in a newline gets one first. The line goes out in one write() under an exclusive
+    lock, so concurrent appenders never interleave."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise RooflineError(f"--record {path}: folder {directory} does not exist")
+    line = (json.dumps(row, sort_keys=False) + "\n").encode("utf-8")
     try:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row, sort_keys=False) + "\n")
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
+            if os.write(fd, line) != len(line):
+                raise OSError(errno.ENOSPC, "short write")
+        finally:
+            os.close(fd)  # closing releases the lock
     except OSError as exc:
         raise RooflineError(f"--record {path}: cannot append: {exc.strerror or exc}") from None
     return path
 
 
-def read_records(path: str) -> list[dict]:
-    """Every row of a record file; a line that is not a JSON object is an error naming it."""
+@dataclass
+class Records:
+    rows: list[dict]
+    unreadable: int = 0  # lines that are not a JSON object (torn by a crash, edited by hand)
+
+    def note(self, path: str) -> str | None:
+        if not self.unreadable:
+            return None
+        return f"{path}: {self.unreadable} unreadable line{'s' if self.unreadable != 1 else ''} skipped"
+
+
+def read_records(path: str) -> Records:
+    """Every readable row of a record file; unreadable lines are skipped and counted, never fatal:
+    one torn line must not hide the good rows around it."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.readlines()
+        with open(path, "rb") as fh:
+            lines = fh.read().split(b"\n")
     except FileNotFoundError:
         raise RooflineError(f"{path}: no such validation record") from None
     except OSError as exc:
         raise RooflineError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    rows = []
-    for number, line in enumerate(lines, 1):
+    records = Records([])
+    for line in lines:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except ValueError:
-            raise RooflineError(f"{path}:{number}: not a JSON line") from None
-        if not isinstance(row, dict):
-            raise RooflineError(f"{path}:{number}: a record row must be a JSON object")
-        rows.append(row)
-    return rows
+            row = json.loads(line.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError is a ValueError too
+            row = None
+        if isinstance(row, dict):
+            records.rows.append(row)
+        else:
+            records.unreadable += 1
+    return records

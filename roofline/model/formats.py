@@ -2,6 +2,7 @@
 safetensors. Detection of a module's format from its tensors lives in detect.py."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from roofline.data import load_table
@@ -55,7 +56,9 @@ class Format:
         return self.weights < 16
 
 
+@functools.lru_cache(maxsize=None)
 def formats() -> dict[str, Format]:
+    """The table, built once per process (simulation looks formats up per tensor). Read-only."""
     return {key: Format(key=key, **entry) for key, entry in load_table("formats").items()}
 
 

@@ -24,27 +24,32 @@ import os
 from roofline.errors import RooflineError
 from roofline.model.assemble import inventory_from_tensors
 from roofline.model.inventory import Inventory
+from roofline.model.limits import check_config_sizes
 from roofline.model.quant_config import parse_quant_config
 from roofline.model.quantize import apply_quant_config
+from roofline.model.skeleton import Skeleton
 
 from .hub import download
 from .local import optional_json, read_json
+from .skeleton_cache import cached_skeleton
 
 CONFIG = "config.json"
 HF_QUANT_CONFIG = "hf_quant_config.json"
 
 
-def load_config_only(directory: str, trust_remote_code: bool = False, model_id: str | None = None) -> Inventory:
+def load_config_only(directory: str, trust_remote_code: bool = False, model_id: str | None = None,
+                     use_cache: bool = True) -> Inventory:
     if not os.path.isdir(directory):
         raise RooflineError(f"{directory}: not a directory")
     config = read_json(os.path.join(directory, CONFIG), f"{directory}/{CONFIG}")
     hf_quant = optional_json(os.path.join(directory, HF_QUANT_CONFIG))
     return inventory_from_config(model_id or os.path.basename(os.path.abspath(directory)), config, hf_quant,
                                  trust_remote_code=trust_remote_code,
-                                 remote_code_source=directory if trust_remote_code else None)
+                                 remote_code_source=directory if trust_remote_code else None, use_cache=use_cache)
 
 
-def load_config_only_hub(repo_id: str, revision: str | None = None, trust_remote_code: bool = False) -> Inventory:
+def load_config_only_hub(repo_id: str, revision: str | None = None, trust_remote_code: bool = False,
+                         use_cache: bool = True) -> Inventory:
     """config.json (and hf_quant_config.json when the repository has one) through
     huggingface_hub; nothing else is downloaded unless --trust-remote-code asks for the
     repository's own modelling code."""
@@ -54,21 +59,25 @@ def load_config_only_hub(repo_id: str, revision: str | None = None, trust_remote
     hf_quant = read_json(quant_path, f"{repo_id}/{HF_QUANT_CONFIG}") if quant_path else None
     inventory = inventory_from_config(repo_id, config, hf_quant, trust_remote_code=trust_remote_code,
                                       remote_code_source=repo_id if trust_remote_code else None,
-                                      revision=revision)
+                                      revision=revision, use_cache=use_cache)
     inventory.bytes_read = os.path.getsize(config_path) + (os.path.getsize(quant_path) if quant_path else 0)
     return inventory
 
 
 def inventory_from_config(model_id: str, config: dict, hf_quant_config: dict | None = None, *,
                           trust_remote_code: bool = False, remote_code_source: str | None = None,
-                          revision: str | None = None) -> Inventory:
+                          revision: str | None = None, use_cache: bool = True) -> Inventory:
+    check_config_sizes(config)  # before anything is built from it
     quant, _ = parse_quant_config(config, hf_quant_config)
-    from .transformers_meta import (
-        checkpoint_tensors,  # torch + transformers: only to build
-    )
 
-    skeleton = checkpoint_tensors(config, trust_remote_code=trust_remote_code,
+    def build() -> Skeleton:
+        from .transformers_meta import checkpoint_tensors  # torch + transformers: only to build
+
+        return checkpoint_tensors(config, trust_remote_code=trust_remote_code,
                                   remote_code_source=remote_code_source, revision=revision)
+
+    # the repository's own code may differ between revisions: never cached
+    skeleton = cached_skeleton(config, build, use_cache=use_cache and not trust_remote_code)
     tensors = apply_quant_config(skeleton, config, quant)
     inventory = inventory_from_tensors(model_id, "config", config, tensors, hf_quant_config)
     inventory.checkpoint_bytes = sum(t.nbytes for t in tensors)

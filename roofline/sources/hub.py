@@ -20,7 +20,12 @@ from .safetensors_header import header_length, parse_header
 
 # First request per shard: the 8-byte length and, speculatively, a header of up to this size.
 SPECULATIVE_BYTES = 64 * 1024
+SINGLE_FILE = "model.safetensors"  # the weights of an unsharded checkpoint
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class NoSafetensors(RooflineError):
+    """The repository has a config.json but no safetensors weights (yet): the config path applies."""
 
 
 def looks_like_repo_id(model: str) -> bool:
@@ -102,6 +107,10 @@ def _fetch_header(url: str, headers: dict, name: str, repo_id: str) -> tuple[lis
     except RooflineError:
         raise
     except Exception as exc:  # noqa: BLE001
+        from huggingface_hub import errors
+
+        if isinstance(exc, errors.EntryNotFoundError) and name == SINGLE_FILE:
+            raise NoSafetensors(f"{repo_id}: no safetensors in the repository") from None
         raise _hub_error(exc, repo_id, name) from None
     data_size = size - 8 - length if size is not None else None
     return parse_header(raw, where, data_size=data_size), transferred, size or 0
@@ -140,7 +149,7 @@ def load_hub(repo_id: str, revision: str | None = None, progress: bool | None = 
     hf_quant = read_json(hf_quant_path) if hf_quant_path else None
     index_path = download(repo_id, INDEX, commit, optional=True)
     index = read_json(index_path) if index_path else None
-    files = shard_names(index, f"{repo_id}/{INDEX}") if index else ["model.safetensors"]
+    files = shard_names(index, f"{repo_id}/{INDEX}") if index else [SINGLE_FILE]
     headers = build_hf_headers()
     show = progress if progress is not None else (len(files) > 1 and sys.stderr.isatty())
     with gc_paused():

@@ -22,15 +22,7 @@ from roofline.model.inventory import Tensor
 from roofline.model.roles import role_of
 from roofline.model.skeleton import Skeleton, add_mtp
 
-
-def _strip_quantization(config: dict) -> dict:
-    """The config without quantization_config: roofline applies it itself; transformers
-    would otherwise try to load a quantizer (and some, like MXFP4, need a GPU)."""
-    out = {k: v for k, v in config.items() if k not in ("quantization_config", "auto_map")}
-    inner = out.get("text_config")
-    if isinstance(inner, dict) and "quantization_config" in inner:
-        out["text_config"] = {k: v for k, v in inner.items() if k != "quantization_config"}
-    return out
+from .skeleton_cache import buildable_config
 
 
 def _model_dtype(config: dict):
@@ -74,7 +66,7 @@ def _build_meta_model(config: dict, trust_remote_code: bool, remote_code_source:
 
     model_type = str(config.get("model_type") or "")
     arch = str((config.get("architectures") or ["?"])[0])
-    clean = _strip_quantization(config)
+    clean = buildable_config(config)
     try:
         if trust_remote_code and remote_code_source:
             config_obj = AutoConfig.from_pretrained(remote_code_source, trust_remote_code=True, revision=revision)

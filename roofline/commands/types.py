@@ -1,0 +1,91 @@
+"""Option types that refuse nonsense at the CLI edge: every number finite and in its range, so
+a bad value is one line and exit code 2, never a wrong number further down."""
+from __future__ import annotations
+
+import math
+
+import click
+
+
+class Number(click.ParamType):
+    """A finite float in [low, high] (open at either end when asked)."""
+
+    name = "number"
+
+    def __init__(self, low: float | None = None, high: float | None = None, *, low_open: bool = False,
+                 high_open: bool = False):
+        self.low, self.high, self.low_open, self.high_open = low, high, low_open, high_open
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            try:
+                number = float(str(value).strip())
+            except ValueError:
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.low is not None and (number <= self.low if self.low_open else number < self.low):
+            self.fail(f"{number:g} is out of range: {self.describe()}", param, ctx)
+        if self.high is not None and (number >= self.high if self.high_open else number > self.high):
+            self.fail(f"{number:g} is out of range: {self.describe()}", param, ctx)
+        return number
+
+    def describe(self) -> str:
+        low = "" if self.low is None else f"{self.low:g} {'<' if self.low_open else '<='} "
+        high = "" if self.high is None else f" {'<' if self.high_open else '<='} {self.high:g}"
+        return f"{low}x{high}".strip()
+
+
+def positive(high: float) -> Number:
+    return Number(0, high, low_open=True)
+
+
+def fraction(low_open: bool = False) -> Number:
+    return Number(0, 1, low_open=low_open)
+
+
+def count(low: int, high: int) -> click.IntRange:
+    return click.IntRange(low, high)
+
+
+def parse_int_list(text: str | None, option: str, low: int, high: int) -> tuple[int, ...]:
+    """"1,2,4,8" -> (1, 2, 4, 8), strictly: integers only, each in [low, high], no duplicates."""
+    if text is None:
+        return ()
+    parts = [part.strip() for part in text.split(",")]
+    if not text.strip() or any(not part for part in parts):
+        raise click.BadParameter(f"{text!r}: give comma-separated integers such as 1,2,4,8", param_hint=option)
+    values = []
+    for part in parts:
+        if not part.lstrip("+").isdigit():
+            raise click.BadParameter(f"{part!r} is not a whole number (in {text!r})", param_hint=option)
+        value = int(part)
+        if not low <= value <= high:
+            raise click.BadParameter(f"{value} is out of range {low}..{high}", param_hint=option)
+        values.append(value)
+    if len(set(values)) != len(values):
+        raise click.BadParameter(f"{text!r} repeats a value", param_hint=option)
+    return tuple(values)
+
+
+# The ranges, in one place. Each bound is far beyond any real use, so that only nonsense is refused.
+BANDWIDTH_GBPS = positive(100_000)  # the fastest HBM parts are ~10-20 TB/s
+CONTEXT_TOKENS = count(1, 1 << 24)  # 16M tokens
+SEQUENCES = count(1, 1 << 16)  # batch / concurrency
+DRAFT_TOKENS = count(0, 64)
+ACCEPTANCE = fraction()
+MEMORY_GB = positive(1_000_000)
+TP_RANKS = count(1, 1024)
+ROWS = count(1, 100_000)
+LAYERS = count(1, 100_000)
+LAUNCH_US = positive(1_000_000)
+SECONDS = positive(7 * 24 * 3600)
+DECODE_TOKENS = count(2, 1 << 24)  # decode speed needs two token arrivals
+RUNS = count(1, 100_000)
+WARMUP = count(0, 100_000)
+BUFFER_MIB = positive(1 << 20)
+THREADS = count(1, 4096)
+EFFICIENCY = fraction(low_open=True)
+TOK_S = positive(1e9)

@@ -1,0 +1,149 @@
+"""Content-addressed cache of config skeletons, so that the config path pays for torch and
+transformers once per distinct config, not once per command.
+
+Key: sha256 of the config as transformers builds it (quantization_config removed: the skeleton
+is the unquantized checkpoint, so a BF16 release and its FP8 / NVFP4 variants share one entry),
+the installed transformers version (read from its metadata, not imported), and the source of
+the code that builds skeletons (a change to it is a new key, never a stale hit).
+
+Where: $ROOFLINE_CACHE, else $XDG_CACHE_HOME/roofline, else ~/.cache/roofline (the XDG
+convention huggingface_hub's cache follows too), under skeletons/<key>.json. An entry is data
+from disk, checked like a safetensors header before use: a corrupt, truncated, foreign or
+implausible entry is ignored and rebuilt, never trusted. Writing is atomic (temp file +
+rename); a cache that cannot be written is skipped silently.
+
+Within one process the same key is built or read once (plan's recipes, compare's rows).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import orjson
+
+from roofline.model.formats import DTYPE_BITS, dtype_nbytes
+from roofline.model.inventory import Tensor
+from roofline.model.skeleton import Skeleton
+
+SCHEMA = "roofline.skeleton/1"
+# an entry is refused beyond these (far above any real checkpoint: DeepSeek-V3 holds ~92k tensors
+# in its header, ~150k per-expert weights after unfusing)
+MAX_TENSORS = 4_000_000
+MAX_DIM = 1 << 31
+MAX_ENTRY_BYTES = 1 << 30
+# the code whose output is cached: its source is part of the key
+_BUILDERS = ("transformers_meta.py", "../model/skeleton.py")
+
+_memo: dict[str, Skeleton] = {}
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("ROOFLINE_CACHE")
+    if explicit:
+        return Path(explicit) / "skeletons"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "roofline" / "skeletons"
+
+
+def buildable_config(config: dict) -> dict:
+    """The config without quantization_config (roofline applies it itself; transformers would try
+    to load a quantizer, and some, like MXFP4, need a GPU) and without auto_map."""
+    out = {k: v for k, v in config.items() if k not in ("quantization_config", "auto_map")}
+    inner = out.get("text_config")
+    if isinstance(inner, dict) and "quantization_config" in inner:
+        out["text_config"] = {k: v for k, v in inner.items() if k != "quantization_config"}
+    return out
+
+
+def _transformers_version() -> str:
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def _builder_digest() -> bytes:
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for name in _BUILDERS:
+        digest.update((here / name).read_bytes())
+    return digest.digest()
+
+
+def skeleton_key(config: dict) -> str:
+    canonical = json.dumps(buildable_config(config), sort_keys=True, separators=(",", ":"), default=str)
+    digest = hashlib.sha256()
+    for part in (SCHEMA.encode(), _transformers_version().encode(), _builder_digest(), canonical.encode()):
+        digest.update(part + b"\0")
+    return digest.hexdigest()
+
+
+def cached_skeleton(config: dict, build, *, use_cache: bool = True) -> Skeleton:
+    """The skeleton of `config`: from this process, from the disk cache, or `build()` (which
+    imports torch and transformers) and stored."""
+    if not use_cache:
+        return build()
+    key = skeleton_key(config)
+    skeleton = _memo.get(key)
+    if skeleton is None:
+        path = cache_dir() / f"{key}.json"
+        skeleton = read_entry(path, key)
+        if skeleton is None:
+            skeleton = build()
+            write_entry(path, key, skeleton)
+        _memo[key] = skeleton
+    return skeleton
+
+
+def read_entry(path: Path, key: str) -> Skeleton | None:
+    """The cached skeleton, or None when there is none or it fails any check."""
+    try:
+        if path.stat().st_size > MAX_ENTRY_BYTES:
+            return None
+        with open(path, "rb") as fh:
+            entry = orjson.loads(fh.read())
+        return _checked(entry, key)
+    except (OSError, ValueError, TypeError, KeyError, IndexError):  # orjson.JSONDecodeError is a ValueError
+        return None
+
+
+def _checked(entry, key: str) -> Skeleton | None:
+    if not isinstance(entry, dict) or entry.get("schema") != SCHEMA or entry.get("key") != key:
+        return None
+    rows, linear = entry["tensors"], entry["linear"]
+    if not isinstance(rows, list) or not isinstance(linear, list) or len(rows) > MAX_TENSORS:
+        return None
+    tensors = []
+    for name, dtype, shape in rows:
+        if (not isinstance(name, str) or not name or dtype not in DTYPE_BITS or not isinstance(shape, list)
+                or len(shape) > 8 or not all(type(d) is int and 0 <= d < MAX_DIM for d in shape)):
+            return None
+        shape = tuple(shape)
+        tensors.append(Tensor(name, dtype, shape, dtype_nbytes(dtype, shape)))  # bytes recomputed, not read
+    if not all(type(i) is int and 0 <= i < len(tensors) for i in linear):
+        return None
+    return Skeleton(tensors, {tensors[i].name for i in linear})
+
+
+def write_entry(path: Path, key: str, skeleton: Skeleton) -> None:
+    index = {t.name: i for i, t in enumerate(skeleton.tensors)}
+    entry = {"schema": SCHEMA, "key": key, "transformers": _transformers_version(),
+             "tensors": [[t.name, t.dtype, list(t.shape)] for t in skeleton.tensors],
+             "linear": sorted(index[name] for name in skeleton.linear_weights if name in index)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(orjson.dumps(entry))
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    except OSError:
+        return  # a read-only or full cache: the result is the same, only slower next time
