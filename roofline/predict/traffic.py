@@ -133,8 +133,9 @@ def compute_traffic(inventory: Inventory, scenario: Scenario) -> Traffic:
     modules = []
     for m in inventory.modules:
         fraction = module_read_fraction(m, inventory, scenario, tokens_in_step)
-        source_bytes = by_name[m.tied_to].nbytes if m.tied_to and m.tied_to in by_name else m.nbytes
-        modules.append(ModuleTraffic(m.name, m.role, m.layer, m.format, m.quant_method, m.params, m.nbytes,
+        nbytes = m.nbytes
+        source_bytes = by_name[m.tied_to].nbytes if m.tied_to and m.tied_to in by_name else nbytes
+        modules.append(ModuleTraffic(m.name, m.role, m.layer, m.format, m.quant_method, m.params, nbytes,
                                      fraction, source_bytes * fraction / tokens_out))
     kv_dtype, kv_bytes = kv_dtype_and_bytes(inventory, scenario)
     shape = inventory.shape

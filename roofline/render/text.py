@@ -8,6 +8,6 @@ def text_table(rows: list[list[str]], right: set[int]) -> list[str]:
     for n, row in enumerate(rows):
         cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
         lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
+        if n == 0:  # a column without a heading (a marker column) gets no rule either
+            lines.append("  ".join(("-" * w) if c else " " * w for c, w in zip(row, widths)).rstrip())
     return lines

@@ -1,0 +1,109 @@
+"""README examples from the real commands, so they cannot go stale.
+
+Every block in README.md of the form
+
+    <!-- roofline-example: audit examples/Qwen3.6-35B-A3B-NVFP4 --rows 8 -->
+    ```text
+    ...
+    ```
+
+holds what `roofline audit examples/Qwen3.6-35B-A3B-NVFP4 --rows 8` prints today. The report
+screenshot (docs/report.png) is made by headless Chromium from `roofline audit SCREENSHOT_MODEL
+--html`; docs/report.json keeps the headline numbers it shows, so a check can tell a stale
+picture without comparing pixels.
+
+    .venv/bin/python scripts/readme_examples.py              # rewrite the blocks
+    .venv/bin/python scripts/readme_examples.py --screenshot # also the picture (needs chromium)
+    .venv/bin/python scripts/readme_examples.py --check      # exit 1 if anything is stale (the test runs this)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+PICTURE, PICTURE_NUMBERS = REPO / "docs" / "report.png", REPO / "docs" / "report.json"
+SCREENSHOT_MODEL = "examples/Qwen3.6-35B-A3B-NVFP4"
+HEADLINE = ("model", "bytes_per_token", "ceiling_tok_s", "expected_tok_s", "weight_bytes")
+BLOCK = re.compile(r"(<!-- roofline-example: (?P<args>[^>]*?) -->\n```text\n)(?P<body>.*?)(```)", re.S)
+
+
+def roofline(args: list[str]) -> str:
+    env = dict(os.environ, COLUMNS="100", NO_COLOR="1")
+    proc = subprocess.run([sys.executable, "-m", "roofline.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"roofline {' '.join(args)} failed:\n{proc.stderr}")
+    return proc.stdout
+
+
+def rendered_readme(text: str) -> str:
+    def replace(match: re.Match) -> str:
+        out = roofline(shlex.split(match["args"])).rstrip("\n") + "\n"
+        return match.group(1) + out + match.group(4)
+    return BLOCK.sub(replace, text)
+
+
+def headline() -> dict:
+    audit = json.loads(roofline(["audit", SCREENSHOT_MODEL, "--json"]))
+    return {key: audit[key] for key in HEADLINE}
+
+
+def screenshot() -> None:
+    from playwright.sync_api import sync_playwright
+
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not executable:
+        raise SystemExit("chromium is not installed (scripts/setup.sh --test installs it)")
+    with tempfile.TemporaryDirectory() as tmp:
+        page_path = Path(tmp) / "report.html"
+        roofline(["audit", SCREENSHOT_MODEL, "--html", str(page_path)])
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=executable,
+                                                 args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(page_path.as_uri())
+            page.wait_for_selector(".plotly .main-svg")
+            page.screenshot(path=str(PICTURE), full_page=True)
+            browser.close()
+    PICTURE_NUMBERS.write_text(json.dumps(headline(), indent=1) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="report stale examples; change nothing")
+    parser.add_argument("--screenshot", action="store_true", help="also remake docs/report.png")
+    args = parser.parse_args()
+    current = README.read_text(encoding="utf-8")
+    if not BLOCK.search(current):
+        raise SystemExit("README.md has no roofline-example blocks")
+    fresh = rendered_readme(current)
+    if args.check:
+        stale = []
+        if fresh != current:
+            stale.append("README.md example blocks (run scripts/readme_examples.py)")
+        shown = json.loads(PICTURE_NUMBERS.read_text()) if PICTURE_NUMBERS.is_file() else None
+        if shown != headline():
+            stale.append(f"{PICTURE.relative_to(REPO)} shows {shown}, the audit now gives {headline()} "
+                         f"(run scripts/readme_examples.py --screenshot)")
+        for line in stale:
+            print(f"stale: {line}", file=sys.stderr)
+        return 1 if stale else 0
+    if fresh != current:
+        README.write_text(fresh, encoding="utf-8")
+    if args.screenshot:
+        screenshot()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
