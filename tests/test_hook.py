@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -133,9 +134,44 @@ def next_tp2(hook_checkpoints, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def fp8(hook_checkpoints, tmp_path_factory):
+    """`roofline capture MODEL` exactly as a new user types it: no engine args and no
+    VLLM_CPU_KVCACHE_SPACE. vLLM's default (0.92 of the NUMA node's memory) fails on this 24 GB
+    machine; capture's own defaults ask for the smallest KV cache that starts."""
     out = tmp_path_factory.mktemp("hook-fp8") / "capture.json"
-    _cli_capture(hook_checkpoints / "ct_fp8_dynamic", out)
-    return {"capture": out, "model": hook_checkpoints / "ct_fp8_dynamic"}
+    env = _vllm_env()
+    env.pop("VLLM_CPU_KVCACHE_SPACE")
+    roofline = Path(PY).parent / "roofline"
+    proc = _run_locked([str(roofline), "capture", str(hook_checkpoints / "ct_fp8_dynamic"), "-o", str(out), "-v"],
+                       env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"capture": out, "model": hook_checkpoints / "ct_fp8_dynamic", "log": proc.stderr}
+
+
+def test_capture_asks_for_the_smallest_engine(fp8):
+    """The defaults reached vLLM: one short sequence and a KV cache of a few MB, not a share of
+    the machine (vLLM logs the KV cache size it made)."""
+    log = fp8["log"]
+    assert "max_seq_len=256" in log or "max_model_len=256" in log
+    match = re.search(r"KV cache size: ([\d,]+) tokens", log)
+    assert match, log[-3000:]
+    assert 256 <= int(match.group(1).replace(",", "")) < 1_000_000
+
+
+def test_a_failing_engine_shows_vllms_root_cause(hook_checkpoints, tmp_path):
+    """When the engine core dies, the one line shown is vLLM's own error from the process that
+    failed, not the wrapper's "Engine core initialization failed. See root cause above"."""
+    env = _vllm_env()
+    env.pop("VLLM_CPU_KVCACHE_SPACE")
+    roofline = Path(PY).parent / "roofline"
+    proc = _run_locked([str(roofline), "capture", str(hook_checkpoints / "qwen3_dense"), "-o",
+                        str(tmp_path / "c.json"), "--", "--kv-cache-memory-bytes", "1000"], env, timeout=900)
+    assert proc.returncode == 1
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("error: vLLM failed to start: ValueError: ") and "cache" in first, proc.stderr
+    assert "See root cause above" not in proc.stderr and not (tmp_path / "c.json").exists()
+    kept = re.search(r"vLLM's whole log: (\S+)\)", first).group(1)
+    assert "Engine core initialization failed" in Path(kept).read_text()
+    Path(kept).unlink()
 
 
 # ---------------------------------------------------------------- helpers

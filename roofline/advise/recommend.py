@@ -31,7 +31,7 @@ from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory
 from roofline.predict.cuda_graph import applies_to, estimate
 from roofline.predict.hardware import Hardware
-from roofline.predict.tensor_parallel import get_link, tensor_parallel
+from roofline.predict.tensor_parallel import get_link, link_refusal, tensor_parallel, tp_refusal
 from roofline.predict.traffic import Scenario, Traffic, compute_traffic
 
 from .simulate import get_recipe, producer, simulate, simulate_all
@@ -292,6 +292,12 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
     tp = None
     if workload.tp > 1:
         tp = _TP(workload.tp, get_link(workload.link, hardware))
+        refusal = tp_refusal(base.config, tp.ranks)
+        if refusal:
+            raise RooflineError(f"--tp {tp.ranks}: vLLM refuses this split of {base.model_id}: {refusal}")
+        refusal = link_refusal(tp.link, tp.ranks)
+        if refusal:
+            raise RooflineError(f"--tp {tp.ranks}: {refusal}")
     has_fp8 = "fp8" in hardware.tensor_tflops
     results: list[Recommendation] = []
     seen: dict[tuple, str] = {}
@@ -412,6 +418,11 @@ def _evaluate(base: Inventory, sim: Inventory, traffic1: Traffic, hardware: Hard
             f"TP={tp.ranks} over {tp.link.name}: {tp_result.allreduces_per_token} all-reduces per step cost "
             f"{1e3 * tp_result.comm_seconds_per_step:.2f} ms; {tp_result.bytes_per_rank / 1e9:.1f} GB weights per rank "
             f"({tp_result.replicated_bytes / 1e9:.2f} GB replicated)")
+        boxes = tp.link.boxes(tp.ranks)
+        if boxes > 1:
+            rec.reasons.append(
+                f"needs {boxes} boxes: `ray start --head --port=6379` on one, `ray start --address=<head-ip>:6379` "
+                f"on the other{'s' if boxes > 2 else ''}, then the vllm serve line on the head")
     return rec
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -104,8 +105,47 @@ def _run_child(command: list[str], env: dict, timeout: float, verbose: bool, log
     if expired.is_set():
         raise RooflineError(f"vLLM did not finish loading within {timeout:.0f} s" + _tail_text(tail))
     if proc.returncode != 0:
-        raise RooflineError(f"vLLM exited with status {proc.returncode}" + _tail_text(tail))
+        kept = _keep_log(log_path)
+        cause = root_cause(log_path)
+        where = f" (vLLM's whole log: {kept})" if kept else ""
+        if cause:
+            raise RooflineError(f"vLLM failed to start: {cause}{where}")
+        raise RooflineError(f"vLLM exited with status {proc.returncode}{where}" + _tail_text(tail))
     return tail
+
+
+# vLLM's log prefix: "(EngineCore pid=7) ERROR 11-23 14:57:07 [core.py:1510] "
+_LOG_PREFIX = re.compile(r"^(?:\([^)]*\)\s+)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\S+\s+\S+\s+\[[^\]]*\]\s?)?")
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit)): (.+)$")
+# what vLLM raises around the real error, in the process that waits for the engine
+_WRAPPERS = ("Engine core initialization failed", "WorkerProc initialization failed", "EngineCore failed to start",
+             "Worker failed", "Engine process failed to start")
+
+
+def root_cause(log_path: str) -> str | None:
+    """The first exception line in vLLM's log that is not one of vLLM's wrappers: the error of
+    the process that really failed (a worker or the engine core), not 'see root cause above'."""
+    try:
+        with open(log_path, errors="replace") as log:
+            for raw in log:
+                line = _LOG_PREFIX.sub("", raw.rstrip("\n")).strip()
+                match = _EXCEPTION.match(line)
+                if match and not any(w in match.group(2) for w in _WRAPPERS):
+                    return f"{match.group(1)}: {match.group(2)}"
+    except OSError:
+        return None
+    return None
+
+
+def _keep_log(log_path: str) -> str | None:
+    """Copy vLLM's log out of the temporary work folder, which is removed."""
+    try:
+        fd, kept = tempfile.mkstemp(prefix="roofline-capture-vllm-", suffix=".log")
+        with os.fdopen(fd, "wb") as out, open(log_path, "rb") as src:
+            shutil.copyfileobj(src, out)
+        return kept
+    except OSError:
+        return None
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -149,6 +189,90 @@ def _tail_text(tail) -> str:
     return ("; last vLLM output:\n  " + "\n  ".join(lines[-15:])) if lines else ""
 
 
+# A capture needs the weights loaded and nothing decoded: the smallest engine that starts.
+CAPTURE_MAX_MODEL_LEN = 256
+MIN_KV_BYTES = 64 << 20
+
+
+def _flags(args: list[str]) -> set[str]:
+    return {a.split("=", 1)[0].replace("_", "-") for a in args if a.startswith("--")}
+
+
+def capture_defaults(model: str, args: list[str]) -> list[str]:
+    """Engine args that keep vLLM's KV cache (and so its memory demand) minimal, for what the
+    user did not set: a short --max-model-len, one sequence, and --kv-cache-memory-bytes sized
+    for one sequence of that length (vLLM then skips its gpu_memory_utilization share of the
+    device / NUMA node, which fails on a 24 GB CPU box and is wasteful anywhere)."""
+    given = _flags(args)
+    config = _model_config(model, args)
+    defaults: list[str] = []
+    max_len = CAPTURE_MAX_MODEL_LEN
+    if "--max-model-len" in given:
+        max_len = None
+    else:
+        derived = _max_positions(config)
+        max_len = min(max_len, derived) if derived else max_len
+        defaults += ["--max-model-len", str(max_len)]
+    if "--max-num-seqs" not in given:
+        defaults += ["--max-num-seqs", "1"]
+    sized_by_user = {"--kv-cache-memory-bytes", "--gpu-memory-utilization"} & given or os.environ.get(
+        "VLLM_CPU_KVCACHE_SPACE")
+    if not sized_by_user and max_len:
+        defaults += ["--kv-cache-memory-bytes", str(kv_budget(config, max_len))]
+    return defaults
+
+
+def kv_budget(config: dict | None, max_len: int) -> int:
+    """Bytes for one sequence of max_len tokens, with room for vLLM's page rounding: fp32-sized KV
+    (an upper bound for any KV dtype), every recurrent layer's state, and one state-sized page per
+    attention layer (a hybrid's attention page is padded to the state page), doubled."""
+    if not config:
+        return 4 * MIN_KV_BYTES
+    from roofline.model.architecture import shape_from_config
+
+    try:
+        shape = shape_from_config(config)
+    except Exception:  # noqa: BLE001 - a config roofline cannot read: vLLM will say what is wrong
+        return 4 * MIN_KV_BYTES
+    kv = sum(layer.kv_elements_per_token() for layer in shape.attention) * 4 * max_len
+    states = [4 * (r.state_elements + r.conv_elements) for r in shape.recurrent]
+    padded = len(shape.attention) * max(states, default=0)
+    need = 2 * (kv + sum(states) + padded) + MIN_KV_BYTES
+    return -(-need // (1 << 20)) << 20
+
+
+def _max_positions(config: dict | None) -> int | None:
+    if not config:
+        return None
+    inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
+        for section in (inner, config):
+            value = section.get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
+def _model_config(model: str, args: list[str]) -> dict | None:
+    """config.json of MODEL (a folder, or a hub id through huggingface_hub, which vLLM reads too)."""
+    try:
+        if os.path.isdir(model):
+            with open(os.path.join(model, "config.json"), encoding="utf-8") as fh:
+                return json.load(fh)
+        from huggingface_hub import hf_hub_download
+
+        revision = None
+        for i, arg in enumerate(args):
+            if arg.startswith("--revision="):
+                revision = arg.split("=", 1)[1]
+            elif arg == "--revision" and i + 1 < len(args):
+                revision = args[i + 1]
+        with open(hf_hub_download(model, "config.json", revision=revision), encoding="utf-8") as fh:
+            return json.load(fh)
+    except Exception:  # noqa: BLE001 - vLLM reports an unreadable model itself, better than we can
+        return None
+
+
 def _child(argv: list[str]) -> int:
     """Runs in the child: start an offline vLLM engine on MODEL with the given engine args,
     then shut it down. The plugin (entry point) records every rank during load."""
@@ -171,6 +295,7 @@ def _child(argv: list[str]) -> int:
         print(f"error: cannot import vLLM ({exc})", file=sys.stderr)
         return 2
     model, args = argv[0], argv[1:]
+    args = [*capture_defaults(model, args), *args]  # the user's own engine args come last and win
     parser = EngineArgs.add_cli_args(FlexibleArgumentParser(prog="roofline capture"))
     namespace = parser.parse_args(["--model", model, *args])
     engine_args = EngineArgs.from_cli_args(namespace)

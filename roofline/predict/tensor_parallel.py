@@ -26,6 +26,7 @@ SHARDED_ROLES = frozenset({
     "conv1d", "moe_experts", "shared_expert", "mlp", "embedding", "lm_head", "mtp",
 })
 ACTIVATION_BYTES = 2  # the hidden state is all-reduced in the model dtype (BF16)
+KV_PROJECTIONS = (".k_proj", ".v_proj")  # replicated, not split, once ranks outnumber the KV heads
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,11 @@ class Link:
     latency_us: float
     engine: str
     source: str
+    max_ranks: int = 2  # the most devices this link joins, as the table describes it
+    ranks_per_box: int = 1  # devices in one box (GB10: one; an HGX board: eight)
+
+    def boxes(self, ranks: int) -> int:
+        return -(-ranks // self.ranks_per_box)
 
 
 @functools.lru_cache(maxsize=1)
@@ -43,8 +49,46 @@ def links() -> dict[str, Link]:
     out = {}
     for key, entry in load_table("rules").get("link", {}).items():
         out[key] = Link(key, entry["name"], float(entry["bandwidth_gbps"]), float(entry["latency_us"]),
-                        entry["engine"], entry["source"])
+                        entry["engine"], entry["source"], int(entry["max_ranks"]), int(entry["ranks_per_box"]))
     return out
+
+
+def _config_value(config: dict, fields: list[str]):
+    inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    for section in (inner, config):
+        for field in fields:
+            value = section.get(field)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+_RULES = {
+    "divides": lambda value, tp: value % tp == 0,
+    "kv_heads": lambda value, tp: value % tp == 0 if tp <= value else tp % value == 0,
+    "at_least": lambda value, tp: value >= tp,
+}
+
+
+def tp_refusal(config: dict, ranks: int) -> str | None:
+    """vLLM's reason for refusing tensor parallelism over `ranks` for this config (the rules of
+    roofline/data/parallel.toml, from vLLM's own checks), or None when vLLM accepts it."""
+    if ranks <= 1:
+        return None
+    for rule in load_table("parallel")["tp_rule"]:
+        value = _config_value(config, rule["fields"])
+        if value is not None and not _RULES[rule["rule"]](value, ranks):
+            return rule["message"].format(value=value, tp=ranks)
+    return None
+
+
+def link_refusal(link: Link, ranks: int) -> str | None:
+    """Why the hardware table cannot build `ranks` devices over `link`, or None."""
+    if ranks <= link.max_ranks:
+        return None
+    return (f"TP={ranks} needs {link.boxes(ranks)} box{'es' if link.boxes(ranks) > 1 else ''}, but "
+            f"{link.name} joins at most {link.max_ranks} devices as roofline/data/rules.toml describes it "
+            f"(add a [link.*] entry for a larger topology)")
 
 
 def default_link(hardware: Hardware) -> Link:
@@ -87,7 +131,7 @@ class TensorParallel:
             "allreduces_per_token": self.allreduces_per_token, "allreduce_bytes": self.allreduce_bytes,
             "comm_seconds_per_step": self.comm_seconds_per_step, "ceiling_tok_s": self.ceiling_tok_s,
             "expected_tok_s": self.expected_tok_s, "single_rank_ceiling_tok_s": self.single_rank_ceiling_tok_s,
-            "engine": self.engine,
+            "engine": self.engine, "boxes": self.link.boxes(self.ranks),
         }
 
 
@@ -110,17 +154,22 @@ def tensor_parallel(inventory: Inventory, traffic: Traffic, hardware: Hardware, 
         raise RooflineError("--tp must be at least 1")
     link = link or default_link(hardware)
     kv_heads = min((a.kv_heads for a in inventory.shape.attention), default=ranks)
+    # KV heads split across ranks while there are enough of them; past that vLLM replicates them
+    # (each rank holds max(1, kv_heads // ranks)): the KV cache and the k / v projections
+    kv_split = min(ranks, max(kv_heads, 1))
     sharded = replicated = 0.0
     read_sharded = read_replicated = 0.0
     for module, moved in zip(inventory.modules, traffic.modules):
-        if module.role in SHARDED_ROLES:
+        if module.role == "attention_qkv" and module.name.endswith(KV_PROJECTIONS) and kv_split < ranks:
+            share = ranks / kv_split  # each rank holds 1/kv_split of it, counted as ranks/kv_split shards
+            sharded += module.nbytes * share
+            read_sharded += moved.bytes_per_token * share
+        elif module.role in SHARDED_ROLES:
             sharded += module.nbytes
             read_sharded += moved.bytes_per_token
         else:
             replicated += module.nbytes
             read_replicated += moved.bytes_per_token
-    # KV heads split across ranks while there are enough of them; below that vLLM replicates
-    kv_split = min(ranks, max(kv_heads, 1))
     per_token = (read_sharded / ranks + read_replicated + traffic.kv_bytes_per_token / kv_split
                  + traffic.state_bytes_per_token / ranks)
     batch = traffic.scenario.batch
