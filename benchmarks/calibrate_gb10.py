@@ -16,20 +16,17 @@ from pathlib import Path
 from statistics import mean
 
 from roofline.advise.simulate import get_recipe, simulate
+from roofline.data import load_table
 from roofline.predict.hardware import get_hardware
 from roofline.predict.traffic import Scenario, compute_traffic
 from roofline.sources.config import load_config_only
 
 CONFIG = Path(__file__).resolve().parent.parent / "tests" / "reference_configs" / "Qwen__Qwen3-8B"
 
-# BRIEF §7: GB10, single stream, kv fp8
-MEASURED = [
-    ("RedHatAI/Qwen3-8B-FP8-dynamic", "fp8", "FP8 W8A8 CUTLASS", 25.65),
-    ("RedHatAI/Qwen3-8B-NVFP4", "nvfp4-w4a4", "NVFP4 W4A4 FlashInfer CUTLASS", 38.59),
-    ("RedHatAI/Qwen3-8B-NVFP4 (eager)", "nvfp4-w4a4", "(eager, not a backend)", 39.62),
-    ("RedHatAI/Qwen3-8B-NVFP4", "nvfp4-w4a4", "NVFP4 W4A4 FlashInfer b12x", 38.22),
-    ("ELVISIO/Qwen3-8B-NVFP4A16", "nvfp4-w4a16", "NVFP4 W4A16 Marlin", 40.85),
-]
+# BRIEF §7: GB10, single stream, kv fp8 (roofline/data/measurements.toml, the one copy)
+MEASURED = [(r["checkpoint"] + ("" if r.get("graphs", True) else " (eager)"), r["format"],
+             r["backend"] if r.get("graphs", True) else "(eager, not a backend)", r["tok_s"])
+            for r in load_table("measurements")["measured"] if r["hardware"] == "gb10"]
 
 
 def main() -> None:

@@ -62,7 +62,7 @@ def test_dense_8b_w4a16_first_single_stream(qwen3_8b):
     top = plan.top
     assert top.format == "nvfp4-w4a16" and "Marlin" in top.backend.name
     assert "--linear-backend=marlin" in top.flags
-    assert top.serve_command().startswith("vllm serve ./Qwen__Qwen3-8B-NVFP4A16 ")
+    assert top.serve_command().startswith("vllm serve ./Qwen3-8B-NVFP4A16 ")  # named by the base model
     order = [r.format for r in plan.recommendations]
     assert order.index("nvfp4-w4a4") < order.index("fp8") < order.index("bf16")
     # predictions land near BRIEF §7's measurements (efficiency calibrated on them)
@@ -139,7 +139,10 @@ def test_cli_json(capsys):
     assert payload["schema"] == "roofline.plan/1"
     assert payload["top_pick"]["serve_command"].startswith("vllm serve ")
     assert [r["rank"] for r in payload["recommendations"]] == list(range(1, len(payload["recommendations"]) + 1))
-    assert payload["recommendations"][0]["checkpoint"] in ("nvidia__Qwen3-30B-A3B-NVFP4", "./nvidia__Qwen3-30B-A3B-NVFP4-FP8-dynamic")
+    # a quantized checkpoint is planned from its base, and the recipes are named after the base
+    assert payload["base_of"] == "nvidia__Qwen3-30B-A3B-NVFP4" and payload["model"] == "Qwen3-30B-A3B"
+    assert {r["checkpoint"] for r in payload["recommendations"]} <= {"./Qwen3-30B-A3B-NVFP4", "./Qwen3-30B-A3B-FP8-dynamic"}
+    assert payload["notes"][0].startswith("nvidia__Qwen3-30B-A3B-NVFP4 is quantized (modelopt NVFP4)")
 
 
 def test_cli_text_and_bad_input(capsys):
@@ -172,3 +175,53 @@ def test_grouped_expert_records_give_the_per_expert_bytes_exactly():
         assert stacked.params == experts.params
         assert all(t.shape[0] == 128 for t in stacked.tensors)  # one record per kind, experts leading
         assert all(t.name.startswith(experts.name + ".") for t in stacked.tensors)
+
+
+# ------------------------------------------------------------------------------- near-ties
+def _tie_plan(qwen3_8b, hardware="gb10", record_rows=None):
+    return build_plan(qwen3_8b, get_hardware(hardware), formats=["fp8", "nvfp4-w4a16", "nvfp4-w4a4", "mxfp4", "int4-awq"],
+                      recipes=["default"], concurrency=1, context=4096, record_rows=record_rows)
+
+
+def test_near_ties_are_shown_and_broken_by_measurement(qwen3_8b):
+    """INT4 AWQ, MXFP4 and NVFP4 W4A16 predict within ~3% of each other on GB10 (inside the
+    model's ±5%): a tie. NVFP4 W4A16 has a published measurement on GB10 (BRIEF §7): it wins,
+    and the plan says so."""
+    plan = _tie_plan(qwen3_8b)
+    by_format = {}
+    for r in plan.recommendations:
+        by_format.setdefault(r.format, r)
+    awq, w4a16 = by_format["int4-awq"], by_format["nvfp4-w4a16"]
+    assert awq.single_stream_tok_s > w4a16.single_stream_tok_s  # the bare prediction prefers AWQ...
+    assert plan.top.format == "nvfp4-w4a16"  # ...the evidence prefers the measured one
+    assert plan.top.tie_group and awq.tie_group == plan.top.tie_group
+    assert "measured on gb10" in plan.top.decided_by and "40.85" in plan.top.decided_by
+    assert by_format["fp8"].tie_group == 0  # 25 vs 38 tok/s is no tie
+    payload = plan.to_json()
+    assert payload["top_pick"]["tie"]["decided_by"] == plan.top.decided_by
+    assert payload["tie_tolerance"] == 0.05
+    assert plan.top.reasons[0].startswith("a tie within ±5%")
+
+
+def test_your_own_measurement_outweighs_a_published_one(qwen3_8b):
+    rows = [{"hardware": "gb10", "model": "me/Qwen3-8B-AWQ", "weight_format": "int4-awq", "measured_tok_s": 44.0,
+             "recorded_at": "2026-11-20T10:00:00"}]
+    plan = _tie_plan(qwen3_8b, record_rows=rows)
+    assert plan.top.format == "int4-awq"
+    assert "your validation record" in plan.top.decided_by and "44" in plan.top.decided_by
+
+
+def test_without_measurements_a_published_checkpoint_decides(qwen3_8b):
+    plan = _tie_plan(qwen3_8b, hardware="h100-sxm")
+    assert plan.top.tie_group and plan.top.format == "nvfp4-w4a16"
+    assert plan.top.decided_by == "a published checkpoint exists: ELVISIO/Qwen3-8B-NVFP4A16"
+
+
+def test_base_model_names():
+    from roofline.model.naming import base_model_name
+
+    assert base_model_name("RedHatAI/Qwen3-8B-FP8-dynamic") == "Qwen3-8B"
+    assert base_model_name("ELVISIO/Qwen3-8B-NVFP4A16") == "Qwen3-8B"
+    assert base_model_name("nvidia__Qwen3.6-35B-A3B-NVFP4") == "Qwen3.6-35B-A3B"
+    assert base_model_name("Qwen/Qwen3-30B-A3B-GPTQ-Int4") == "Qwen3-30B-A3B"
+    assert base_model_name("meta-llama/Llama-3.1-8B") == "Llama-3.1-8B"

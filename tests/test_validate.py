@@ -131,6 +131,8 @@ def test_record_round_trip(hybrid, tmp_path):
     assert row["measured_tok_s"] == pytest.approx(hybrid["ceiling_tok_s"] * 0.9)
     assert row["expected_tok_s"] == hybrid["expected_tok_s"] and row["bytes_per_token"] == hybrid["bytes_per_token"]
     assert row["hardware"] == "gb10" and row["roofline_version"] and row["python"] and row["platform"]
+    assert row["weight_format"] == max((g for g in hybrid["groups"] if g["role"] not in ("embedding", "norm", "lm_head")),
+                                       key=lambda g: g["bytes_per_token"])["format"]  # plan's tie evidence
     assert row["bandwidth_source"].startswith("NVIDIA DGX Spark datasheet")
     assert all(not isinstance(v, (dict, list)) for v in row.values())  # flat: a table row
 

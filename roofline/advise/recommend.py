@@ -29,12 +29,14 @@ from roofline.model.architecture import text_config
 from roofline.model.formats import PLAIN_FORMATS, format_label, formats, get_format
 from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory
+from roofline.model.naming import base_model_name
 from roofline.predict.cuda_graph import applies_to, estimate
 from roofline.predict.hardware import Hardware
 from roofline.predict.tensor_parallel import get_link, link_refusal, tensor_parallel, tp_refusal
 from roofline.predict.traffic import Scenario, Traffic, compute_traffic
 
 from .simulate import get_recipe, producer, simulate, simulate_all
+from .ties import Evidence, break_ties, tolerance
 
 PLAIN = set(PLAIN_FORMATS.values())
 
@@ -115,6 +117,9 @@ class Recommendation:
     quantize_with: str = ""
     tensor_parallel: object | None = None
     rank: int = 0
+    tie_group: int = 0  # > 0: within the prediction's uncertainty of the others of its group
+    tied_with: list[str] = field(default_factory=list)
+    decided_by: str = ""  # the evidence that put this one first in its tie
 
     def serve_command(self) -> str:
         env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(self.env.items()))
@@ -137,6 +142,8 @@ class Recommendation:
         }
         if self.tensor_parallel is not None:
             out["tensor_parallel"] = self.tensor_parallel.to_json()
+        out["tie"] = ({"group": self.tie_group, "tied_with": self.tied_with, "decided_by": self.decided_by}
+                      if self.tie_group else None)
         return out
 
 
@@ -273,7 +280,7 @@ def _checkpoint_name(base: Inventory, target: str, recipe: str) -> tuple[str, st
         return base.model_id, ""
     if quantized == {target}:
         return base.model_id, ""
-    name = base.model_id.rstrip("/").rsplit("/", 1)[-1]
+    name = base_model_name(base.model_id)
     made = producer(target)
     suffix = {"nvfp4-w4a16": "NVFP4A16", "nvfp4-w4a4": "NVFP4", "fp8": "FP8-dynamic", "mxfp4": "MXFP4",
               "int4-awq": "AWQ", "int4": "W4A16", "int8": "W8A8", "fp8-block": "FP8"}.get(target, target)
@@ -282,7 +289,7 @@ def _checkpoint_name(base: Inventory, target: str, recipe: str) -> tuple[str, st
 
 def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: list[str],
               recipe_names: list[str], simulated: dict[tuple[str, str], Inventory] | None = None,
-              ) -> tuple[list[Recommendation], list[str]]:
+              evidence: Evidence | None = None) -> tuple[list[Recommendation], list[str]]:
     """Ranked recommendations, best first, and notes about combinations that were dropped.
     `simulated`: inventories already simulated, by (format, recipe), reused instead of redone."""
     simulated = simulated or {}
@@ -330,8 +337,15 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
     key = (lambda r: (r.fits, r.aggregate_tok_s, r.single_stream_tok_s)) if workload.concurrency > 1 else \
         (lambda r: (r.fits, r.single_stream_tok_s, r.aggregate_tok_s))
     results.sort(key=key, reverse=True)
+    evidence = evidence or Evidence.gather(base_model_name(base.model_id), hardware.key)
+    results = break_ties(results, key, evidence)
     for i, rec in enumerate(results, 1):
         rec.rank = i
+    top = results[0] if results else None
+    if top is not None and top.decided_by:
+        tol, _ = tolerance()
+        top.reasons.insert(0, f"a tie within ±{100 * tol:.0f}% (the model's uncertainty) with "
+                              f"{', '.join(top.tied_with)}; decided by: {top.decided_by}")
     return results, notes
 
 
@@ -439,6 +453,7 @@ class Plan:
     simulated: list  # roofline.advise.simulate.SimulatedFormat, single stream
     recommendations: list[Recommendation]
     notes: list[str] = field(default_factory=list)
+    base_of: str | None = None  # the quantized checkpoint this plan's base was derived from
 
     @property
     def top(self) -> Recommendation | None:
@@ -462,13 +477,19 @@ class Plan:
             ],
             "recommendations": [r.to_json() for r in self.recommendations],
             "top_pick": self.top.to_json() if self.top else None,
+            "base_of": self.base_of,
+            "tie_tolerance": tolerance()[0],
             "notes": list(self.notes),
         }
 
 
 def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], recipes: list[str],
                concurrency: int = 1, context: int = 4096, kv_cache_dtype: str = "auto",
-               memory_budget_gb: float | None = None, tp: int = 1, link: str | None = None) -> Plan:
+               memory_budget_gb: float | None = None, tp: int = 1, link: str | None = None,
+               record_rows: list[dict] | None = None, base_of: Inventory | None = None) -> Plan:
+    """The plan for `inventory` (an unquantized base). `base_of`: the quantized checkpoint the base
+    was derived from, when the user gave one; `record_rows`: the user's validation record, evidence
+    for breaking ties."""
     for fmt in formats:
         get_format(fmt)
     for name in recipes:
@@ -477,6 +498,13 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
     kv = kv_cache_dtype if kv_cache_dtype != "auto" else ("fp8" if "fp8" in hardware.tensor_tflops else "auto")
     simulated = simulate_all(inventory, formats, recipes, Scenario(batch=1, context=context, kv_cache_dtype=kv),
                              hardware)
+    evidence = Evidence.gather(base_model_name(inventory.model_id), hardware.key, record_rows)
     recommendations, notes = recommend(inventory, hardware, workload, formats, recipes,
-                                       simulated={(s.format, s.recipe): s.inventory for s in simulated})
-    return Plan(inventory, hardware, workload, simulated, recommendations, notes)
+                                       simulated={(s.format, s.recipe): s.inventory for s in simulated},
+                                       evidence=evidence)
+    if base_of is not None:
+        q = base_of.quant
+        notes.insert(0, f"{base_of.model_id} is quantized ({q.method}{' ' + q.algo if q.algo else ''}): the formats are "
+                        f"simulated from its base, {inventory.model_id} (its config without the quantization config)")
+    return Plan(inventory, hardware, workload, simulated, recommendations, notes,
+                base_of=base_of.model_id if base_of is not None else None)

@@ -43,24 +43,33 @@ def _split(value: str, what: str) -> list[str]:
 @click.option("--tp", type=types.TP_RANKS, default=1, show_default=True, help="Tensor-parallel ranks (2: e.g. two GB10 boxes).")
 @click.option("--link", default=None, help="Interconnect for --tp (rules.toml [link.*]; default per hardware).")
 @click.option("--top", type=types.ROWS, default=12, show_default=True, help="Rows of the ranked table.")
+@click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None,
+              help="Validation record whose measurements break near-ties (default: ./roofline-validation.jsonl "
+                   "when it exists).")
 @click.option("--json", "as_json", is_flag=True, help="Print the simulation and the ranked rows as JSON.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Add the format comparison to this HTML report (written by `audit --html`), or write one.")
 def command(model, revision, config_only, no_cache, trust_remote_code, formats, recipes, hardware_name, bandwidth, concurrency,
-            context, kv_cache_dtype, memory_budget, tp, link, top, as_json, html_path):
+            context, kv_cache_dtype, memory_budget, tp, link, top, record_path, as_json, html_path):
     """Simulate quantization formats on MODEL (a checkpoint folder, a hub id, or a folder with
     only config.json) and recommend format, recipe, vLLM backend and flags for a device and a
     workload."""
     from roofline.advise.recommend import build_plan
-    from roofline.audit import load_inventory
+    from roofline.audit import is_quantized, load_inventory
+    from roofline.sources.config import base_inventory
     from roofline.predict.hardware import get_hardware
 
     hardware = get_hardware(hardware_name, bandwidth)
-    inventory = load_inventory(model, revision=revision, config_only=config_only,
-                               trust_remote_code=trust_remote_code, use_cache=not no_cache)
+    given = load_inventory(model, revision=revision, config_only=config_only,
+                           trust_remote_code=trust_remote_code, use_cache=not no_cache)
+    inventory, base_of = given, None
+    if is_quantized(given) and given.config:
+        # simulate from the base the quantization config was applied to, not from the quantized tensors
+        inventory, base_of = base_inventory(given, use_cache=not no_cache), given
     plan = build_plan(inventory, hardware, formats=_split(formats, "formats"), recipes=_split(recipes, "recipe"),
                       concurrency=concurrency, context=context, kv_cache_dtype=kv_cache_dtype,
-                      memory_budget_gb=memory_budget, tp=tp, link=link)
+                      memory_budget_gb=memory_budget, tp=tp, link=link,
+                      record_rows=_record_rows(record_path), base_of=base_of)
     payload = plan.to_json() if (as_json or html_path) else None
     if html_path:
         from roofline.audit import run_audit
@@ -78,3 +87,18 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
         click.echo(render_plan(plan, top=top))
         if html_path:
             click.echo(f"report: {html_path}")
+
+
+def _record_rows(path: str | None) -> list[dict]:
+    """The user's measurements (roofline validate), evidence for ties; unreadable lines skipped."""
+    import os
+
+    from roofline.live.records import DEFAULT_RECORD, read_records
+
+    path = path or (DEFAULT_RECORD if os.path.isfile(DEFAULT_RECORD) else None)
+    if not path:
+        return []
+    records = read_records(path)
+    if records.unreadable:
+        click.echo(f"note: {records.note(path)}", err=True)
+    return records.rows

@@ -59,12 +59,20 @@ def record_row(validation, *, measured_by: str, bench: dict | None = None, audit
         "bandwidth_source": (audit.get("hardware") or {}).get("bandwidth_source"),
         "efficiency_kind": (audit.get("efficiency") or {}).get("kind"),
         "model_source": audit.get("source"),
+        "weight_format": main_weight_format(audit),
         "suspects": "; ".join(v.suspects),
         "roofline_version": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
         "schema": SCHEMA,
     }
+
+
+def main_weight_format(audit: dict) -> str | None:
+    """The format of the weights that dominate the bytes per token (what a plan compares)."""
+    groups = [g for g in audit.get("groups") or () if g.get("role") not in ("embedding", "norm", "lm_head")]
+    top = max(groups, key=lambda g: g.get("bytes_per_token") or 0, default=None)
+    return top.get("format") if top else None
 
 
 def append_record(path: str, row: dict) -> str:

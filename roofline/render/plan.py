@@ -28,10 +28,12 @@ def render_plan(plan, top: int = 12) -> str:
     rows = [["#", "format", "recipe", "backend", "1-stream tok/s", f"total tok/s @{w.concurrency}", "bound",
              "resident", "fits"]]
     for r in plan.recommendations[:top]:
-        rows.append([str(r.rank), format_label(r.format), r.recipe, r.backend.name, f"{r.single_stream_tok_s:.1f}",
+        rows.append([f"{r.rank}{'=' if r.tie_group else ''}", format_label(r.format), r.recipe, r.backend.name, f"{r.single_stream_tok_s:.1f}",
                      f"{r.aggregate_tok_s:.0f}", r.aggregate_bound, f"{r.resident_gb:.1f} GB",
                      "yes" if r.fits else "NO"])
     lines += ["  " + line for line in text_table(rows, {0, 4, 5, 7})]
+    if any(r.tie_group for r in plan.recommendations[:top]):
+        lines.append("  =: a tie (predictions within the model's uncertainty); ordered by evidence, see the top pick")
     best = plan.top
     if best is not None:
         lines += ["", f"top pick: {format_label(best.format)}, recipe {best.recipe}, {best.backend.name}"]

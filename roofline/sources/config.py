@@ -82,3 +82,16 @@ def inventory_from_config(model_id: str, config: dict, hf_quant_config: dict | N
     inventory = inventory_from_tensors(model_id, "config", config, tensors, hf_quant_config)
     inventory.checkpoint_bytes = sum(t.nbytes for t in tensors)
     return inventory
+
+
+def base_inventory(quantized: Inventory, *, use_cache: bool = True) -> Inventory:
+    """The unquantized model a quantized checkpoint was made from: its own config without the
+    quantization config (and without hf_quant_config.json), named after the base."""
+    from roofline.model.naming import base_model_name
+
+    config = {k: v for k, v in quantized.config.items() if k != "quantization_config"}
+    if isinstance(config.get("text_config"), dict):
+        config["text_config"] = {k: v for k, v in config["text_config"].items() if k != "quantization_config"}
+    inventory = inventory_from_config(base_model_name(quantized.model_id), config, None, use_cache=use_cache)
+    inventory.source = f"config (base of {quantized.model_id})"
+    return inventory
