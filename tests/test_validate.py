@@ -311,3 +311,55 @@ def test_cli_calibrate(tmp_path, monkeypatch, capsys):
         assert main(argv if "--size-mb" in args else argv + ["--size-mb", "16"]) == 1
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err
+
+
+# ------------------------------------------------------------------ calibrated launch costs (GPU)
+H100_CALIBRATION = Path(__file__).parent / "fixtures" / "gpu" / "h100_calibrate.json"
+
+
+def _replayed_h100_calibration():
+    """The real output of `roofline calibrate --device cuda --json` on the lent H100 (Intel host,
+    2026-11-23, benchmarks/RESULTS-gpu.md section 4), turned back into the objects measure()
+    returned there. No GPU here: this replays that measurement, it does not make one."""
+    from roofline.live.calibrate import Calibration, KernelResult
+    from roofline.live.launch_cost import LaunchCalibration, LaunchCase
+
+    data = json.loads(H100_CALIBRATION.read_text())
+    launch = data["launch"]
+    fields = {k: data[k] for k in ("device", "device_name", "threads", "buffer_mb", "memory_gb", "torch_version",
+                                   "measured_at", "notes")}
+    return Calibration(**fields, kernels=[KernelResult(**k) for k in data["kernels"]],
+                       launch=LaunchCalibration(launch["host_us_per_kernel"], launch["graph_floor_us_per_kernel"],
+                                                [LaunchCase(**c) for c in launch["cases"]], launch["bandwidth_gbps"]),
+                       compute_capability="9.0")
+
+
+def test_calibrated_launch_costs_are_saved_and_used_when_asked(tmp_path, monkeypatch):
+    from roofline.live.calibrate import hardware_entry, save_entry
+    from roofline.predict.cuda_graph import launch_costs
+    from roofline.predict.hardware import get_hardware
+
+    calibration = _replayed_h100_calibration()
+    monkeypatch.setenv("ROOFLINE_HARDWARE_FILE", str(tmp_path / "hw.toml"))
+    save_entry("h100-here", hardware_entry(calibration))
+    mine = get_hardware("h100-here")
+    assert mine.host_us_per_kernel == pytest.approx(17.722) and mine.graph_floor_us_per_kernel == pytest.approx(2.472)
+    assert "roofline calibrate 2026-11-23" in mine.launch_source and "routing" in mine.launch_source
+    costs = launch_costs(mine)
+    assert (costs.host_kind, costs.floor_kind) == ("calibrated", "calibrated")
+    assert launch_costs(get_hardware("h100-sxm")).host_kind == "measured"  # the table, unless asked
+    # audit uses the calibrated figures with --hardware h100-here, and says so
+    audit = audit_of(DENSE_BF16, "--hardware", "h100-here")
+    assert audit["cuda_graph"]["host_us_per_kernel"] == pytest.approx(17.722)
+    assert audit["cuda_graph"]["graph_floor_kind"] == "calibrated"
+    table = audit_of(DENSE_BF16, "--hardware", "h100-sxm")
+    assert table["cuda_graph"]["host_us_per_kernel"] == 10.5
+    # a dearer host makes eager slower, graphs a little slower (floor 2.47 vs 2.2 us)
+    assert audit["cuda_graph"]["eager_tok_s"] < table["cuda_graph"]["eager_tok_s"]
+
+
+def test_launch_costs_need_a_gpu():
+    from roofline.live.launch_cost import measure_launch
+
+    with pytest.raises(RooflineError, match="CUDA device"):
+        measure_launch("cpu", 100.0)

@@ -55,6 +55,15 @@ def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, na
     for k in calibration.kernels:
         click.echo(f"{k.kernel:12}{k.best_gbps:>12.2f}{k.median_gbps:>14.2f}")
     click.echo(f"achievable bandwidth: {calibration.bandwidth_gbps:.2f} GB/s ({calibration.best.kernel})")
+    if calibration.launch is not None:
+        launch = calibration.launch
+        click.echo(f"{'launch case':12}{'kernels':>9}{'eager us/k':>12}{'graph us/k':>12}{'floor us/k':>12}")
+        for c in launch.cases:
+            click.echo(f"{c.name:12}{c.kernels_per_call:>9.1f}{c.eager_us_per_kernel:>12.2f}"
+                       f"{c.graph_us_per_kernel:>12.2f}{c.floor_us_per_kernel:>12.2f}")
+        click.echo(f"host launch cost {launch.host_us_per_kernel:.2f} us/kernel, CUDA-graph floor "
+                   f"{launch.graph_floor_us_per_kernel:.2f} us/kernel (used by audit / plan / kernels "
+                   f"with --hardware of the saved entry)")
     for note in calibration.notes:
         click.echo(f"note: {note}")
     if saved:

@@ -47,6 +47,8 @@ class Calibration:
     torch_version: str
     measured_at: str
     notes: list[str] = field(default_factory=list)
+    launch: object | None = None  # roofline.live.launch_cost.LaunchCalibration, on a GPU
+    compute_capability: str = ""  # "9.0" on an H100; empty on a CPU
 
     @property
     def best(self) -> KernelResult:
@@ -93,7 +95,7 @@ def _time(fn, repetitions: int, sync) -> list[float]:
 
 def measure(device: str = "auto", buffer_mb: float = 512, repetitions: int = 10,
             threads: int | None = None, kernels: tuple[str, ...] = ("copy", "gemv_fp32", "gemv_bf16"),
-            progress=None) -> Calibration:
+            progress=None, launch: bool = True) -> Calibration:
     """Run the kernels; `buffer_mb` per buffer (MiB), which must dwarf the caches."""
     try:
         import torch
@@ -157,6 +159,15 @@ def measure(device: str = "auto", buffer_mb: float = 512, repetitions: int = 10,
     calibration = Calibration(device=str(dev), device_name=device_name, threads=used_threads,
                               buffer_mb=buffer_mb, kernels=results, memory_gb=memory_gb,
                               torch_version=torch.__version__, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    if str(dev).startswith("cuda"):
+        major, minor = torch.cuda.get_device_capability(dev)
+        calibration.compute_capability = f"{major}.{minor}"
+    if launch and str(dev).startswith("cuda"):
+        from .launch_cost import measure_launch
+
+        # the GEMV roof prices the bytes of the small kernels (the access pattern of decode)
+        gemv = [k.best_gbps for k in results if k.kernel.startswith("gemv")]
+        calibration.launch = measure_launch(str(dev), max(gemv) if gemv else calibration.bandwidth_gbps, say)
     spread = [k.median_gbps / k.best_gbps for k in results if k.best_gbps > 0]
     if spread and min(spread) < 0.7:
         calibration.notes.append("median repetitions ran well below the best: the host is busy; "
@@ -170,12 +181,7 @@ def measure(device: str = "auto", buffer_mb: float = 512, repetitions: int = 10,
 def hardware_entry(calibration: Calibration, name: str | None = None, efficiency: float = 0.75) -> dict:
     """A catalogue entry (the fields of roofline/data/hardware.toml) for the measured device."""
     on_gpu = calibration.device.startswith("cuda")
-    capability, tensor = "", {}
-    if on_gpu:
-        import torch
-
-        major, minor = torch.cuda.get_device_capability(calibration.device)
-        capability = f"{major}.{minor}"
+    capability, tensor = calibration.compute_capability, {}
     best = calibration.best
     return {
         "name": name or f"{calibration.device_name} (calibrated)",
@@ -197,6 +203,21 @@ def hardware_entry(calibration: Calibration, name: str | None = None, efficiency
         "efficiency_kind": "prior",
         "efficiency_source": ("prior (--efficiency): share of the calibrated roof a decode engine reaches on this "
                               "host, not measured; `roofline validate` records measure it"),
+    } | _launch_fields(calibration)
+
+
+def _launch_fields(calibration: Calibration) -> dict:
+    launch = calibration.launch
+    if launch is None:
+        return {}
+    cases = ", ".join(f"{c.name} {c.kernels_per_call:g} kernels" for c in launch.cases)
+    return {
+        "host_us_per_kernel": round(launch.host_us_per_kernel, 3),
+        "graph_floor_us_per_kernel": round(launch.graph_floor_us_per_kernel, 3),
+        "launch_source": (f"roofline calibrate {calibration.measured_at} on {calibration.device_name} "
+                          f"({_cpu_name()} host), torch {calibration.torch_version}: kernel-weighted mean over "
+                          f"decode-width cases ({cases}); eager = host-bound loop wall time per kernel, floor = "
+                          f"CUDA-graph replay time per kernel beyond its bytes at {launch.bandwidth_gbps:.0f} GB/s"),
     }
 
 

@@ -39,6 +39,12 @@ def launch_costs(hardware: Hardware, host_us_per_kernel: float | None = None) ->
     table = load_table("launch")
     host = table["host"].get(hardware.host) or table["host"]["unknown"]
     floor = table["floor"].get(hardware.key) or table["floor"]["default"]
+    # a calibrated entry carries what was measured on that host and GPU: it wins over the table
+    if hardware.host_us_per_kernel is not None:
+        host = {"host_us_per_kernel": hardware.host_us_per_kernel, "kind": "calibrated", "source": hardware.launch_source}
+    if hardware.graph_floor_us_per_kernel is not None:
+        floor = {"graph_floor_us_per_kernel": hardware.graph_floor_us_per_kernel, "kind": "calibrated",
+                 "source": hardware.launch_source}
     if host_us_per_kernel is not None:
         if host_us_per_kernel <= 0:
             raise RooflineError("host launch cost must be positive")

@@ -26,6 +26,11 @@ class Hardware:
     efficiency_kind: str  # "calibrated" | "prior" | "user"
     efficiency_source: str
     aliases: tuple[str, ...] = field(default=())
+    # per-kernel costs measured on this very host and GPU (`roofline calibrate --device cuda --save`);
+    # None: the launch.toml table's figures for the host class and device apply
+    host_us_per_kernel: float | None = None
+    graph_floor_us_per_kernel: float | None = None
+    launch_source: str = ""
 
     def supports(self, compute: str) -> bool:
         return compute in self.tensor_tflops
