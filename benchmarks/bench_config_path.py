@@ -74,10 +74,12 @@ def config_dir(source: Path, root: Path) -> Path:
 
 def timed(argv: list[str], env: dict, cache: Path | None) -> float:
     env = dict(env)
+    # `python -m` puts the working directory first on sys.path: run inside the tree being timed
+    cwd = env.get("PYTHONPATH") or str(REPO)
     if cache is not None:
         env["ROOFLINE_CACHE"] = str(cache)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "roofline.cli", *argv], check=True, env=env,
+    subprocess.run([sys.executable, "-m", "roofline.cli", *argv], check=True, env=env, cwd=cwd,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 

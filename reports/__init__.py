@@ -23,12 +23,13 @@ from .view import as_rows, report_data
 __all__ = ["render_report", "write_audit_report", "add_to_report", "read_report_data"]
 
 
-def render_report(audit_json: dict, plan_json=None, validation_rows=None, cdn: bool = False) -> str:
+def render_report(audit_json: dict, plan_json=None, validation_rows=None, cdn: bool = False, compare_json=None) -> str:
     """HTML of the report. plan_json: `roofline plan --json` output (an object holding ranked
     rows, or the list of rows); validation_rows: predicted-vs-measured records (a list of
     objects). Sections without data are left out."""
-    data = report_data(audit_json, plan_json, validation_rows)
-    embedded = {"audit": audit_json, "plan": plan_json, "validation": validation_rows, "cdn": bool(cdn)}
+    data = report_data(audit_json, plan_json, validation_rows, compare_json)
+    embedded = {"audit": audit_json, "plan": plan_json, "validation": validation_rows, "compare": compare_json,
+                "cdn": bool(cdn)}
     return render_page(data, cdn=cdn, embedded=embedded)
 
 
@@ -41,9 +42,9 @@ def _audit_json(result) -> dict:
     return to_json()
 
 
-def write_audit_report(result, path, cdn: bool = False, plan=None, validation=None) -> int:
+def write_audit_report(result, path, cdn: bool = False, plan=None, validation=None, compare=None) -> int:
     """Write the report for an AuditResult (or its to_json() dict) to path; returns its size."""
-    return _write(path, render_report(_audit_json(result), plan, validation, cdn=cdn))
+    return _write(path, render_report(_audit_json(result), plan, validation, cdn=cdn, compare_json=compare))
 
 
 def read_report_data(path) -> dict:
@@ -65,7 +66,7 @@ def read_report_data(path) -> dict:
     return data
 
 
-def add_to_report(path, plan=None, validation=None, cdn: bool | None = None) -> int:
+def add_to_report(path, plan=None, validation=None, cdn: bool | None = None, compare=None) -> int:
     """Add (or replace) the plan and/or validation sections of an existing report, keeping
     what it had. Validation rows are appended to those already there."""
     data = read_report_data(path)
@@ -73,17 +74,20 @@ def add_to_report(path, plan=None, validation=None, cdn: bool | None = None) -> 
         data["plan"] = plan
     if validation is not None:
         data["validation"] = as_rows(data.get("validation"), "validation") + as_rows(validation, "validation")
+    if compare is not None:
+        data["compare"] = compare
     use_cdn = bool(data.get("cdn")) if cdn is None else cdn
-    return _write(path, render_report(data["audit"], data.get("plan"), data.get("validation"), cdn=use_cdn))
+    return _write(path, render_report(data["audit"], data.get("plan"), data.get("validation"), cdn=use_cdn,
+                                      compare_json=data.get("compare")))
 
 
-def update_report(path, audit, *, plan=None, validation=None, cdn: bool = False) -> int:
-    """What `plan --html` and `validate --html` do: add their section to the report already at
-    path (an earlier `audit --html`), or write a new report of `audit` with it."""
+def update_report(path, audit, *, plan=None, validation=None, compare=None, cdn: bool = False) -> int:
+    """What `plan --html`, `validate --html` and `compare --html` do: add their section to the
+    report already at path (an earlier `audit --html`), or write a new report of `audit` with it."""
     if os.path.isfile(path):
         read_report_data(path)  # a file that is not a roofline report is an error, not overwritten
-        return add_to_report(path, plan=plan, validation=validation)
-    return write_audit_report(audit, path, cdn=cdn, plan=plan, validation=validation)
+        return add_to_report(path, plan=plan, validation=validation, compare=compare)
+    return write_audit_report(audit, path, cdn=cdn, plan=plan, validation=validation, compare=compare)
 
 
 def _write(path, page: str) -> int:

@@ -14,6 +14,7 @@ from .view import (
     EXPECTED_KEYS,
     ReportData,
     first_number,
+    first_text,
     is_plain,
     layer_buckets,
     row_label,
@@ -255,4 +256,27 @@ def plan_chart(data: ReportData):
             legend=dict(orientation="h", y=-0.15))
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(title_text="tok/s", gridcolor="#eee")
+    return fig
+
+
+def compare_chart(data: ReportData):
+    """Bytes read per token by role, grouped per checkpoint (ranked order)."""
+    import plotly.graph_objects as go
+
+    labels = [text(first_text(row, "name", "input", "model") or f"row {n + 1}") for n, row in enumerate(data.compare_rows)]
+    roles: list[str] = []
+    for row in data.compare_rows:
+        for role in (row.get("bytes_per_token_by_role") or {}):
+            if role not in roles:
+                roles.append(role)
+    fig = go.Figure()
+    for role in roles:
+        values = [first_number(row.get("bytes_per_token_by_role") or {}, role) or 0.0 for row in data.compare_rows]
+        fig.add_bar(x=labels, y=values, name=text(role),
+                    customdata=[human_bytes(v) for v in values],
+                    hovertemplate="%{x}<br>" + text(role) + ": %{customdata} per token<extra></extra>")
+    _layout(fig, "Bytes read per token by role, per checkpoint", 460, barmode="group",
+            legend=dict(orientation="h", y=-0.25))
+    fig.update_yaxes(title_text="bytes / token", gridcolor="#eee")
+    fig.update_xaxes(type="category")
     return fig

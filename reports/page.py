@@ -305,6 +305,25 @@ def plan_section(data: ReportData, figure) -> str:
             f'<div class="chart">{figure}</div>{rows_table("plan-table", data.plan_rows)}</section>')
 
 
+def compare_section(data: ReportData, figure) -> str:
+    if not data.compare_rows:
+        return ""
+    columns = [("rank", "#", "num"), ("name", "checkpoint", "text"), ("main_format_label", "format", "text"),
+               ("weight_bytes", "on disk", "num"), ("bytes_per_token", "bytes/token", "num"),
+               ("ceiling_tok_s", "ceiling tok/s", "num"), ("expected_tok_s", "expected tok/s", "num"),
+               ("residual_bytes_per_token", "BF16 residuals/token", "num"), ("fits", "fits", "text"),
+               ("backend", "vLLM backend", "text")]
+    rows = [[_cell(key, row.get(key)) for key, _, _ in columns] for row in data.compare_rows]
+    table = sortable_table("compare-table", [(header, kind) for _, header, kind in columns], rows)
+    why = "".join(f"<li>{esc(line)}</li>" for row in data.compare_rows for line in row.get("differences") or [])
+    skipped = "".join(f"<li>{esc(r.get('input'))}: {esc(r.get('reason'))}</li>" for r in data.compare_skipped)
+    return ('<section id="compare"><h2>Checkpoints compared</h2>'
+            '<p class="muted">Each checkpoint\'s own audit on this hardware, ranked by expected tok/s.</p>'
+            f'<div class="chart">{figure}</div>{table}'
+            + (f"<h3>Why the others read more</h3><ul>{why}</ul>" if why else "")
+            + (f"<h3>Skipped</h3><ul>{skipped}</ul>" if skipped else "") + "</section>")
+
+
 def validation_section(data: ReportData) -> str:
     if not data.validation_rows:
         return ""
@@ -335,6 +354,8 @@ def render_page(data: ReportData, cdn: bool, embedded: dict) -> str:
     }
     if data.plan_rows:
         figures["chart-plan"] = charts.plan_chart(data)
+    if data.compare_rows:
+        figures["chart-compare"] = charts.compare_chart(data)
     divs = {key: figure_div(fig, key) for key, fig in figures.items()}
     model = str(a.get("model", "model"))
     body = f"""
@@ -358,6 +379,7 @@ def render_page(data: ReportData, cdn: bool, embedded: dict) -> str:
   <div class="chart">{divs['chart-roofline']}</div>
 </section>
 {plan_section(data, divs.get('chart-plan', ''))}
+{compare_section(data, divs.get('chart-compare', ''))}
 {validation_section(data)}
 {cuda_graph_section(data)}
 {notes_section(data)}

@@ -44,6 +44,8 @@ class ReportData:
     plan_rows: list[dict] = field(default_factory=list)
     recommendation: object = None  # dict or str from the plan, when it names one
     validation_rows: list[dict] = field(default_factory=list)
+    compare_rows: list[dict] = field(default_factory=list)  # `roofline compare --json` rows, ranked
+    compare_skipped: list[dict] = field(default_factory=list)
 
     @property
     def cuda_graph(self) -> dict | None:
@@ -128,7 +130,7 @@ def _only_dicts(rows: list, what: str) -> list[dict]:
     return list(rows)
 
 
-def report_data(audit: dict, plan=None, validation=None) -> ReportData:
+def report_data(audit: dict, plan=None, validation=None, compare=None) -> ReportData:
     if not isinstance(audit, dict) or "bytes_per_token" not in audit:
         raise RooflineError("report: the audit JSON has no bytes_per_token (is it `roofline audit --json` output?)")
     plan_rows, plan_doc = _rows_of(plan, "plan")
@@ -140,8 +142,12 @@ def report_data(audit: dict, plan=None, validation=None) -> ReportData:
     if recommendation is None and plan_rows:
         recommendation = plan_rows[0]  # plan rows come ranked, best first
     validation_rows, _ = _rows_of(validation, "validation")
+    compare_doc = compare if isinstance(compare, dict) else {}
+    compare_rows = [r for r in compare_doc.get("rows") or [] if isinstance(r, dict)]
+    skipped = [r for r in compare_doc.get("skipped") or [] if isinstance(r, dict)]
     return ReportData(audit=audit, modules=module_views(audit), plan_rows=plan_rows,
-                      recommendation=recommendation, validation_rows=validation_rows)
+                      recommendation=recommendation, validation_rows=validation_rows,
+                      compare_rows=compare_rows, compare_skipped=skipped)
 
 
 def first_number(row: dict, *keys: str) -> float | None:

@@ -6,13 +6,22 @@ hub's HTTP protocol that huggingface_hub uses to read a model: HEAD/GET on
 headers, HTTP range requests (206 + Content-Range), and the hub's error headers
 (X-Error-Code: RepoNotFound / EntryNotFound / GatedRepo). Point HF_ENDPOINT at it.
 
+It also serves the model API that huggingface_hub's HfApi calls for discovery: the listing
+`GET /api/models?filter=base_model:quantized:ORG/NAME&sort=downloads&direction=-1&limit=N` (the hub's
+model-tree relation, from each repo's `models` metadata) and `GET /api/models/{repo}` (model info
+with sha, siblings, gated, tags, library_name, downloads).
+
 It records every request and the bytes it sent, so tests can prove that only headers were read.
+Ranges are read from disk as asked (sparse test checkpoints of many GB on paper stay cheap).
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
+import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -21,10 +30,17 @@ _PATH = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)
 
 
 class HubStandIn:
-    def __init__(self, repos: dict[str, Path], *, gated: set[str] = frozenset(), ignore_range: bool = False):
+    def __init__(self, repos: dict[str, Path], *, gated: set[str] = frozenset(), ignore_range: bool = False,
+                 models: dict[str, dict] | None = None, commits: dict[str, str] | None = None,
+                 latency_s: float = 0.0):
         self.repos = repos
         self.gated = set(gated)
         self.ignore_range = ignore_range
+        # repo -> {"base_model": "org/name", "relation": "quantized", "downloads": n, "tags": [...],
+        #          "library_name": "...", "files": [...] (listed instead of the folder's)}
+        self.models = models or {}
+        self.commits = commits or {}
+        self.latency_s = latency_s  # added to every answer: a hub across a WAN, for benchmarks
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, range)
         self.bytes_sent = 0
         self._lock = threading.Lock()
@@ -57,9 +73,52 @@ class HubStandIn:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
+            def _json(self, payload) -> None:
+                body = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _model_info(self, repo: str) -> dict:
+                meta = hub.models.get(repo, {})
+                folder = hub.repos.get(repo)
+                files = meta.get("files") or (sorted(p.name for p in folder.iterdir() if p.is_file()) if folder else [])
+                base = meta.get("base_model")
+                tags = list(meta.get("tags", [])) + ([f"base_model:{meta.get('relation', 'quantized')}:{base}"]
+                                                     if base else [])
+                return {"id": repo, "modelId": repo, "sha": hub.commits.get(repo, COMMIT), "private": False,
+                        "gated": "manual" if repo in hub.gated else False, "downloads": meta.get("downloads", 0),
+                        "likes": 0, "tags": tags, "library_name": meta.get("library_name"),
+                        "siblings": [{"rfilename": f} for f in files]}
+
+            def _api(self) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(url.query)
+                if url.path == "/api/models":
+                    wanted = query.get("filter", [])
+                    rows = []
+                    for repo in hub.repos:
+                        tags = self._model_info(repo)["tags"]
+                        if all(f in tags for f in wanted):
+                            rows.append(self._model_info(repo))
+                    if query.get("sort") == ["downloads"]:
+                        rows.sort(key=lambda r: r["downloads"], reverse=query.get("direction") != ["1"])
+                    limit = int(query.get("limit", ["1000"])[0])
+                    return self._json(rows[:limit])
+                m = re.match(r"^/api/models/([^/]+/[^/]+)(?:/revision/[^/]+)?$", url.path)
+                if not m or m[1] not in hub.repos:
+                    return self._error(404, "RepoNotFound")
+                return self._json(self._model_info(m[1]))
+
             def _serve(self, send_body: bool) -> None:
                 with hub._lock:
                     hub.requests.append((self.command, self.path, self.headers.get("Range")))
+                if hub.latency_s:
+                    time.sleep(hub.latency_s)
+                if self.path.startswith("/api/"):
+                    return self._api()
                 match = _PATH.match(self.path.split("?")[0])
                 if not match:
                     return self._error(404, "RepoNotFound")
@@ -76,23 +135,27 @@ class HubStandIn:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                data = path.read_bytes()
-                etag = hashlib.sha256(data).hexdigest()
-                status, body = 200, data
+                size = path.stat().st_size
+                etag = hashlib.sha256(f"{repo}/{file}:{size}:{path.stat().st_mtime_ns}".encode()).hexdigest()
+                status, start, end = 200, 0, size - 1
                 spec = self.headers.get("Range")
                 if spec and not hub.ignore_range:
                     m = re.match(r"bytes=(\d+)-(\d*)$", spec)
                     start = int(m[1])
-                    end = min(int(m[2]) if m[2] else len(data) - 1, len(data) - 1)
-                    status, body = 206, data[start:end + 1]
+                    end = min(int(m[2]) if m[2] else size - 1, size - 1)
+                    status = 206
+                with open(path, "rb") as fh:
+                    fh.seek(start)
+                    body = fh.read(end + 1 - start) if send_body else b""
+                length = end + 1 - start
                 self.send_response(status)
-                self.send_header("X-Repo-Commit", COMMIT)
+                self.send_header("X-Repo-Commit", hub.commits.get(repo, COMMIT))
                 self.send_header("ETag", f'"{etag}"')
-                self.send_header("X-Linked-Size", str(len(data)))
+                self.send_header("X-Linked-Size", str(size))
                 self.send_header("Accept-Ranges", "bytes")
                 if status == 206:
-                    self.send_header("Content-Range", f"bytes {start}-{start + len(body) - 1}/{len(data)}")
-                self.send_header("Content-Length", str(len(body)))
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+                self.send_header("Content-Length", str(length))
                 self.end_headers()
                 if send_body:
                     self.wfile.write(body)

@@ -140,3 +140,33 @@ def test_report_without_optional_sections_renders(browser, audit, tmp_path):
     assert page.locator("#chart-plan").count() == 0 and page.locator("#validation").count() == 0
     assert problems == []
     page.close()
+
+
+def test_compare_section_renders_in_chromium(browser, checkpoint, tmp_path):
+    """`roofline compare --html`: the grouped bytes-by-role chart draws, the table sorts, a
+    checkpoint name carrying markup stays text."""
+    import json
+    import subprocess
+    import sys
+
+    evil = tmp_path / "ckpt<img src=x onerror=window.__pwned=1>"
+    shutil.copytree(checkpoint("qwen3_dense"), evil)
+    path = tmp_path / "compare.html"
+    proc = subprocess.run([sys.executable, "-m", "roofline.cli", "compare", str(checkpoint("ct_nvfp4a16")),
+                           str(checkpoint("ct_fp8_dynamic")), str(evil), "--html", str(path), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["rows"]) == 3
+    page, problems = open_page(browser, path)
+    page.wait_for_selector("#chart-compare .main-svg", timeout=30_000)
+    state = page.evaluate("""() => {
+        const div = document.getElementById('chart-compare');
+        return {traces: (div._fullData || []).length, bars: div.querySelectorAll('g.point path').length};
+    }""")
+    assert state["traces"] >= 3 and state["bars"] >= 6, state
+    assert page.locator("#compare-table tbody tr").count() == 3
+    assert "ckpt<img src=x onerror=window.__pwned=1>" in page.inner_text("#compare-table")  # text, not markup
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    page.locator("#compare-table th", has_text="bytes/token").locator("button").click()
+    assert problems == []
+    page.close()

@@ -10,6 +10,7 @@ import os
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from roofline.errors import RooflineError
 from roofline.model.assemble import inventory_from_tensors
@@ -24,6 +25,11 @@ SINGLE_FILE = "model.safetensors"  # the weights of an unsharded checkpoint
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
+class HubError(RooflineError):
+    """The hub could not be asked, or refused (network, offline, auth, gating, missing): unlike a
+    broken file, worth asking again later."""
+
+
 class NoSafetensors(RooflineError):
     """The repository has a config.json but no safetensors weights (yet): the config path applies."""
 
@@ -32,24 +38,24 @@ def looks_like_repo_id(model: str) -> bool:
     return bool(REPO_ID.match(model)) and not os.path.exists(model)
 
 
-def _hub_error(exc: Exception, repo_id: str, what: str) -> RooflineError:
+def _hub_error(exc: Exception, repo_id: str, what: str) -> HubError:
     from huggingface_hub import errors
 
     if isinstance(exc, (errors.OfflineModeIsEnabled, errors.LocalEntryNotFoundError)):
-        return RooflineError(f"{repo_id}: {what} is not in the Hugging Face cache and the hub cannot be reached "
+        return HubError(f"{repo_id}: {what} is not in the Hugging Face cache and the hub cannot be reached "
                              f"(offline or unreachable)")
     if isinstance(exc, errors.GatedRepoError):
-        return RooflineError(f"{repo_id}: gated repository; accept its terms and set HF_TOKEN")
+        return HubError(f"{repo_id}: gated repository; accept its terms and set HF_TOKEN")
     if isinstance(exc, errors.RepositoryNotFoundError):
-        return RooflineError(f"{repo_id}: repository not found or not accessible (401/404); check the id or HF_TOKEN")
+        return HubError(f"{repo_id}: repository not found or not accessible (401/404); check the id or HF_TOKEN")
     if isinstance(exc, errors.RevisionNotFoundError):
-        return RooflineError(f"{repo_id}: revision not found")
+        return HubError(f"{repo_id}: revision not found")
     if isinstance(exc, errors.EntryNotFoundError):
-        return RooflineError(f"{repo_id}: {what} not found in the repository")
+        return HubError(f"{repo_id}: {what} not found in the repository")
     if isinstance(exc, errors.HfHubHTTPError):
         status = getattr(getattr(exc, "response", None), "status_code", "?")
-        return RooflineError(f"{repo_id}: hub answered HTTP {status} for {what}")
-    return RooflineError(f"{repo_id}: cannot reach the hub for {what} ({exc.__class__.__name__}: "
+        return HubError(f"{repo_id}: hub answered HTTP {status} for {what}")
+    return HubError(f"{repo_id}: cannot reach the hub for {what} ({exc.__class__.__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''})")
 
 
@@ -124,14 +130,25 @@ def _total_size(content_range: str | None, received: int, status: int) -> int | 
     return received if status == 200 else None
 
 
+@dataclass
+class HubParts:
+    """What the hub says about one checkpoint at one commit: its config files and the tensors of
+    its safetensors headers (never the weights)."""
+
+    repo_id: str
+    commit: str | None
+    config: dict
+    hf_quant: dict | None
+    tensors: list[Tensor]
+    bytes_read: int
+    checkpoint_bytes: int
+
+
 def load_hub(repo_id: str, revision: str | None = None, progress: bool | None = None) -> Inventory:
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
     from huggingface_hub.utils import logging as hub_logging
 
     # the hub client logs each retry as a warning; a failure still ends as our one line
     hub_logging.set_verbosity_error()
-
     config_path = download(repo_id, "config.json", revision)
     snapshot = os.path.dirname(config_path)
     if _offline():
@@ -142,6 +159,25 @@ def load_hub(repo_id: str, revision: str | None = None, progress: bool | None = 
             return inventory
         raise RooflineError(f"{repo_id}: HF_HUB_OFFLINE is set and the cache holds no safetensors for it "
                             f"(only config files); go online or use --config-only")
+    return inventory_from_parts(hub_parts(repo_id, revision, progress, config_path=config_path))
+
+
+def inventory_from_parts(parts: HubParts) -> Inventory:
+    with gc_paused():
+        inventory = inventory_from_tensors(parts.repo_id, "hub", parts.config, parts.tensors, parts.hf_quant)
+    inventory.bytes_read = parts.bytes_read
+    inventory.checkpoint_bytes = parts.checkpoint_bytes
+    return inventory
+
+
+def hub_parts(repo_id: str, revision: str | None = None, progress: bool | None = None, *,
+              config_path: str | None = None) -> HubParts:
+    """Config files and safetensors headers of a hub checkpoint, over HTTP range requests."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers
+
+    config_path = config_path or download(repo_id, "config.json", revision)
+    snapshot = os.path.dirname(config_path)
     # pin every later request to the commit the config came from
     commit = os.path.basename(snapshot) if re.fullmatch(r"[0-9a-f]{40}", os.path.basename(snapshot)) else revision
     config = read_json(config_path)
@@ -165,8 +201,6 @@ def load_hub(repo_id: str, revision: str | None = None, progress: bool | None = 
                 results.append(future.result())
         per_shard = [(name, tensors) for name, (tensors, _, _) in zip(files, results)]
         tensors = merge_shards(per_shard, index)
-        inventory = inventory_from_tensors(repo_id, "hub", config, tensors, hf_quant)
-    inventory.bytes_read = sum(r[1] for r in results) + sum(
+    bytes_read = sum(r[1] for r in results) + sum(
         os.path.getsize(p) for p in (config_path, hf_quant_path, index_path) if p)
-    inventory.checkpoint_bytes = sum(r[2] for r in results)
-    return inventory
+    return HubParts(repo_id, commit, config, hf_quant, tensors, bytes_read, sum(r[2] for r in results))

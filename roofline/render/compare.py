@@ -1,0 +1,37 @@
+"""Terminal presentation of a comparison: one row per checkpoint, then what separates them."""
+from __future__ import annotations
+
+from roofline.advise.compare import Comparison
+from roofline.model.formats import format_label
+from roofline.units import human_bytes
+
+from .text import text_table
+
+
+def render_compare(comparison: Comparison) -> str:
+    hw = comparison.hardware
+    first = comparison.rows[0].result.scenario
+    lines = [f"{len(comparison.rows)} checkpoints on {hw.name}, {hw.bandwidth_gbps:g} GB/s; batch {first.batch}, "
+             f"context {first.context}, kv cache {first.kv_cache_dtype}; ranked by "
+             f"{'hub downloads' if comparison.sort == 'downloads' else 'expected tok/s'}", ""]
+    rows = [["#", "checkpoint", "format", "on disk", "bytes/token", "weights", "KV", "state", "ceiling", "expected",
+             "graphs", "BF16 residuals", "fits", "vLLM backend"]]
+    for row in comparison.rows:
+        r, t = row.result, row.result.traffic
+        cg = r.cuda_graph
+        residual = ", ".join(f"{label} {human_bytes(b)}" for label, b in row.residual_top()) or "-"
+        rows.append([str(row.rank), row.name, format_label(row.main_format), human_bytes(r.inventory.weight_bytes),
+                     human_bytes(t.bytes_per_token), human_bytes(t.weight_bytes_per_token),
+                     human_bytes(t.kv_bytes_per_token), human_bytes(t.state_bytes_per_token),
+                     f"{r.ceiling.ceiling_tok_s:.1f}", f"{r.expected_tok_s:.1f}",
+                     f"x{cg.benefit:.2f}" if cg else "-", residual, "yes" if row.fits else "NO", row.backend])
+    lines += ["  " + line for line in text_table(rows, {0, 3, 4, 5, 6, 7, 8, 9, 10})]
+    explained = [row for row in comparison.rows if row.differences]
+    if explained:
+        lines += ["", "why the others read more:"]
+        for row in explained:
+            lines += [f"  - {line}" for line in row.differences]
+    if comparison.skipped:
+        lines += ["", "skipped:"]
+        lines += [f"  - {label}: {reason.removeprefix(label + ': ')}" for label, reason in comparison.skipped]
+    return "\n".join(lines)

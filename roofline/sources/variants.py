@@ -1,0 +1,216 @@
+"""The hub's quantized variants of a base model, audited from their safetensors headers.
+
+Discovery is the hub's own model-tree relation: huggingface_hub's HfApi.list_models with the
+filter `base_model:quantized:BASE` (what the "Quantizations" link of a model page lists), never
+scraping. Each variant is then read like `roofline audit org/name` (config files + headers over
+HTTP range requests), in a bounded thread pool.
+
+Cache (under $ROOFLINE_CACHE or ~/.cache/roofline, variants/): the last listing of each base
+(what HF_HUB_OFFLINE=1 falls back to), and each variant's config and header tensors keyed by
+(repo, commit) — a rerun reads nothing new, a new commit is read again. Entries are data, checked
+before use; a bad one is read again from the hub.
+
+What vLLM cannot serve from safetensors (GGUF, MLX, ONNX, EXL2, ...) is skipped with its reason,
+as is a gated repository without a token; one broken variant is a skipped row, not a failure.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import orjson
+
+from roofline.data import load_table
+from roofline.errors import RooflineError
+from roofline.model.formats import DTYPE_BITS, dtype_nbytes
+from roofline.model.inventory import Inventory, Tensor
+
+from .hub import HubError, HubParts, hub_parts, inventory_from_parts
+from .skeleton_cache import cache_dir
+
+SCHEMA = "roofline.variant/1"
+DEFAULT_POOL = 8
+
+
+@dataclass
+class Variant:
+    repo: str
+    sha: str | None = None
+    downloads: int = 0
+    gated: bool = False
+    tags: list[str] = field(default_factory=list)
+    library: str | None = None
+    files: list[str] = field(default_factory=list)
+    skipped: str | None = None  # why it is not audited
+
+
+def _variants_dir() -> Path:
+    return cache_dir().parent / "variants"
+
+
+def _listing_path(base: str) -> Path:
+    return _variants_dir() / f"{base.replace('/', '__')}.listing.json"
+
+
+def list_variants(base: str, limit: int | None = None) -> tuple[list[Variant], str]:
+    """(variants of BASE by downloads, where the list came from: "hub" or "cache")."""
+    from huggingface_hub import HfApi, constants
+
+    if constants.HF_HUB_OFFLINE:
+        return _cached_listing(base, limit), "cache"
+    try:
+        models = list(HfApi().list_models(filter=f"base_model:quantized:{base}", sort="downloads", limit=limit,
+                                          expand=["sha", "downloads", "gated", "siblings", "tags", "library_name"]))
+    except Exception as exc:  # noqa: BLE001 - an unreachable hub falls back to the last listing
+        cached = _cached_listing(base, limit, missing_ok=True)
+        if cached is not None:
+            return cached, "cache"
+        raise RooflineError(f"{base}: cannot list its quantized variants on the hub ({exc.__class__.__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    variants = [Variant(repo=m.id, sha=getattr(m, "sha", None), downloads=int(getattr(m, "downloads", 0) or 0),
+                        gated=bool(getattr(m, "gated", False)), tags=list(getattr(m, "tags", None) or ()),
+                        library=getattr(m, "library_name", None),
+                        files=[s.rfilename for s in (getattr(m, "siblings", None) or ())])
+                for m in models]
+    _write(_listing_path(base), {"schema": SCHEMA, "base": base, "variants": [asdict(v) for v in variants]})
+    return variants, "hub"
+
+
+def _cached_listing(base: str, limit: int | None, missing_ok: bool = False) -> list[Variant] | None:
+    entry = _read(_listing_path(base))
+    if not isinstance(entry, dict) or entry.get("base") != base or not isinstance(entry.get("variants"), list):
+        if missing_ok:
+            return None
+        raise RooflineError(f"{base}: offline (HF_HUB_OFFLINE) and no cached listing of its variants; "
+                            f"run once online")
+    fields = set(Variant.__dataclass_fields__)
+    variants = [Variant(**{k: v for k, v in row.items() if k in fields}) for row in entry["variants"]
+                if isinstance(row, dict) and isinstance(row.get("repo"), str)]
+    return variants[:limit] if limit else variants
+
+
+def classify(variant: Variant, has_token: bool) -> str | None:
+    """Why vLLM cannot serve this variant from safetensors (roofline/data/hub.toml), or None."""
+    table = load_table("hub")
+    markers = {t.lower() for t in variant.tags} | {(variant.library or "").lower()}
+    files = [f.lower() for f in variant.files]
+    for rule in table["unservable"]:
+        marker = rule["marker"]
+        if marker in markers or any(f.endswith(f".{marker}") for f in files):
+            if rule.get("without_safetensors_only") and any(f.endswith(".safetensors") for f in files):
+                continue
+            return rule["reason"]
+    if files and not any(f.endswith(".safetensors") for f in files):
+        return "no safetensors files"
+    if variant.gated and not has_token:
+        return "needs HF_TOKEN (gated repository)"
+    return None
+
+
+def audit_variants(variants: list[Variant], *, pool: int = DEFAULT_POOL, progress: bool | None = None,
+                   offline: bool = False) -> list[tuple[Variant, Inventory | None]]:
+    """Each variant's inventory (None with variant.skipped set), in the input order."""
+    from huggingface_hub import get_token
+
+    has_token = get_token() is not None
+    for variant in variants:
+        variant.skipped = variant.skipped or classify(variant, has_token)
+    todo = [v for v in variants if not v.skipped]
+
+    def one(variant: Variant) -> Inventory | None:
+        try:
+            return _inventory(variant, offline)
+        except HubError as exc:  # the hub could not be asked: try again next time
+            variant.skipped = str(exc)
+        except RooflineError as exc:  # the files at this commit are broken: they stay broken
+            variant.skipped = str(exc)
+            if variant.sha:
+                _write(_entry_path(variant), {"schema": SCHEMA, "repo": variant.repo, "sha": variant.sha,
+                                              "failed": variant.skipped})
+        except Exception as exc:  # noqa: BLE001 - one broken variant must not sink the table
+            variant.skipped = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return None
+
+    show = progress if progress is not None else sys.stderr.isatty()
+    results: dict[str, Inventory | None] = {}
+    if todo:
+        with ThreadPoolExecutor(max_workers=max(1, min(pool, len(todo)))) as executor:
+            futures = {executor.submit(one, v): v for v in todo}
+            iterator = futures
+            if show:
+                from tqdm.auto import tqdm
+                iterator = tqdm(futures, desc="variants", unit="repo", file=sys.stderr)
+            for future in iterator:
+                results[futures[future].repo] = future.result()
+    return [(v, results.get(v.repo)) for v in variants]
+
+
+def _entry_path(variant: Variant) -> Path:
+    return _variants_dir() / f"{variant.repo.replace('/', '__')}@{variant.sha or 'unknown'}.json"
+
+
+def _inventory(variant: Variant, offline: bool) -> Inventory:
+    path = _entry_path(variant)
+    entry = _read(path) if variant.sha else None
+    if (isinstance(entry, dict) and entry.get("schema") == SCHEMA and entry.get("repo") == variant.repo
+            and entry.get("sha") == variant.sha and isinstance(entry.get("failed"), str)):
+        raise RooflineError(entry["failed"])  # found broken at this commit before
+    parts = _parts_from_entry(entry, variant)
+    if parts is None:
+        if offline:
+            raise RooflineError("offline and not in the cache")
+        parts = hub_parts(variant.repo, variant.sha, progress=False)
+        if variant.sha:
+            _write(path, {"schema": SCHEMA, "repo": variant.repo, "sha": variant.sha, "config": parts.config,
+                          "hf_quant": parts.hf_quant, "bytes_read": parts.bytes_read,
+                          "checkpoint_bytes": parts.checkpoint_bytes,
+                          "tensors": [[t.name, t.dtype, list(t.shape)] for t in parts.tensors]})
+    else:
+        parts.bytes_read = 0  # nothing was read this time
+    return inventory_from_parts(parts)
+
+
+def _parts_from_entry(entry, variant: Variant) -> HubParts | None:
+    """A cached entry, checked like a header: anything odd means read it again."""
+    try:
+        if (not isinstance(entry, dict) or entry.get("schema") != SCHEMA or entry.get("repo") != variant.repo
+                or entry.get("sha") != variant.sha or not isinstance(entry.get("config"), dict)):
+            return None
+        tensors = []
+        for name, dtype, shape in entry["tensors"]:
+            if (not isinstance(name, str) or dtype not in DTYPE_BITS or not isinstance(shape, list)
+                    or not all(type(d) is int and 0 <= d < 1 << 40 for d in shape)):
+                return None
+            tensors.append(Tensor(name, dtype, tuple(shape), dtype_nbytes(dtype, shape)))
+        hf_quant = entry.get("hf_quant")
+        return HubParts(variant.repo, variant.sha, entry["config"], hf_quant if isinstance(hf_quant, dict) else None,
+                        tensors, int(entry.get("bytes_read", 0)), int(entry.get("checkpoint_bytes", 0)))
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def _read(path: Path):
+    try:
+        return orjson.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def _write(path: Path, entry: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(orjson.dumps(entry))
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    except OSError:
+        return  # a read-only cache: only slower next time
