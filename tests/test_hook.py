@@ -585,3 +585,18 @@ def _script_llm(model: str, result_path: str, generate: bool) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "llm":
         _script_llm(sys.argv[2], sys.argv[3], sys.argv[4] == "1")
+
+
+def test_compare_takes_a_capture_beside_a_checkpoint(dense, hook_checkpoints, tmp_path):
+    """roofline compare mixes sources: the live capture of a checkpoint and the checkpoint's own
+    headers are two rows, each as its own audit gives it."""
+    capture = tmp_path / "dense-live.json"
+    capture.write_bytes(Path(dense["capture"]).read_bytes())
+    proc = subprocess.run([PY, "-m", "roofline.cli", "compare", str(capture), str(dense["model"]), "--json"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)["rows"]}
+    assert rows["dense-live"]["source"] == "vllm" and rows["qwen3_dense"]["source"] == "safetensors"
+    audit = json.loads(subprocess.run([PY, "-m", "roofline.cli", "audit", "--from-vllm", str(capture), "--json"],
+                                      capture_output=True, text=True, timeout=300, cwd=ROOT).stdout)
+    assert rows["dense-live"]["bytes_per_token"] == audit["bytes_per_token"]

@@ -32,7 +32,12 @@ from roofline.model.inventory import Inventory
 from roofline.model.naming import base_model_name
 from roofline.predict.cuda_graph import applies_to, estimate
 from roofline.predict.hardware import Hardware
-from roofline.predict.tensor_parallel import get_link, link_refusal, tensor_parallel, tp_refusal
+from roofline.predict.tensor_parallel import (
+    get_link,
+    link_refusal,
+    tensor_parallel,
+    tp_refusal,
+)
 from roofline.predict.traffic import Scenario, Traffic, compute_traffic
 
 from .simulate import get_recipe, producer, simulate, simulate_all

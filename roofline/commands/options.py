@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import click
 
-from . import types
-
 from roofline.predict.hardware import get_hardware
 from roofline.predict.traffic import Scenario
+
+from . import types
 
 
 def scenario_options(func):

@@ -56,8 +56,8 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
     workload."""
     from roofline.advise.recommend import build_plan
     from roofline.audit import is_quantized, load_inventory
-    from roofline.sources.config import base_inventory
     from roofline.predict.hardware import get_hardware
+    from roofline.sources.config import base_inventory
 
     hardware = get_hardware(hardware_name, bandwidth)
     given = load_inventory(model, revision=revision, config_only=config_only,

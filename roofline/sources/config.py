@@ -71,7 +71,9 @@ def inventory_from_config(model_id: str, config: dict, hf_quant_config: dict | N
     quant, _ = parse_quant_config(config, hf_quant_config)
 
     def build() -> Skeleton:
-        from .transformers_meta import checkpoint_tensors  # torch + transformers: only to build
+        from .transformers_meta import (
+            checkpoint_tensors,  # torch + transformers: only to build
+        )
 
         return checkpoint_tensors(config, trust_remote_code=trust_remote_code,
                                   remote_code_source=remote_code_source, revision=revision)

@@ -6,8 +6,8 @@ is the unquantized checkpoint, so a BF16 release and its FP8 / NVFP4 variants sh
 the installed transformers version (read from its metadata, not imported), and the source of
 the code that builds skeletons (a change to it is a new key, never a stale hit).
 
-Where: $ROOFLINE_CACHE, else $XDG_CACHE_HOME/roofline, else ~/.cache/roofline (the XDG
-convention huggingface_hub's cache follows too), under skeletons/<key>.json. An entry is data
+Where: roofline.sources.cache_files.cache_root() ($ROOFLINE_CACHE, else $XDG_CACHE_HOME/roofline,
+else ~/.cache/roofline: the XDG convention huggingface_hub's cache follows too), skeletons/<key>.json. An entry is data
 from disk, checked like a safetensors header before use: a corrupt, truncated, foreign or
 implausible entry is ignored and rebuilt, never trusted. Writing is atomic (temp file +
 rename); a cache that cannot be written is skipped silently.
@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from importlib import metadata
 from pathlib import Path
-
-import orjson
 
 from roofline.model.formats import DTYPE_BITS, dtype_nbytes
 from roofline.model.inventory import Tensor
 from roofline.model.skeleton import Skeleton
+
+from .cache_files import cache_root
+from .cache_files import read_entry as read_json
+from .cache_files import write_entry as write_json
 
 SCHEMA = "roofline.skeleton/1"
 # an entry is refused beyond these (far above any real checkpoint: DeepSeek-V3 holds ~92k tensors
@@ -42,11 +42,7 @@ _memo: dict[str, Skeleton] = {}
 
 
 def cache_dir() -> Path:
-    explicit = os.environ.get("ROOFLINE_CACHE")
-    if explicit:
-        return Path(explicit) / "skeletons"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "roofline" / "skeletons"
+    return cache_root() / "skeletons"
 
 
 def buildable_config(config: dict) -> dict:
@@ -102,12 +98,8 @@ def cached_skeleton(config: dict, build, *, use_cache: bool = True) -> Skeleton:
 def read_entry(path: Path, key: str) -> Skeleton | None:
     """The cached skeleton, or None when there is none or it fails any check."""
     try:
-        if path.stat().st_size > MAX_ENTRY_BYTES:
-            return None
-        with open(path, "rb") as fh:
-            entry = orjson.loads(fh.read())
-        return _checked(entry, key)
-    except (OSError, ValueError, TypeError, KeyError, IndexError):  # orjson.JSONDecodeError is a ValueError
+        return _checked(read_json(path, MAX_ENTRY_BYTES), key)
+    except (ValueError, TypeError, KeyError, IndexError):
         return None
 
 
@@ -134,16 +126,4 @@ def write_entry(path: Path, key: str, skeleton: Skeleton) -> None:
     entry = {"schema": SCHEMA, "key": key, "transformers": _transformers_version(),
              "tensors": [[t.name, t.dtype, list(t.shape)] for t in skeleton.tensors],
              "linear": sorted(index[name] for name in skeleton.linear_weights if name in index)}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(orjson.dumps(entry))
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-    except OSError:
-        return  # a read-only or full cache: the result is the same, only slower next time
+    write_json(path, entry)

@@ -15,22 +15,18 @@ as is a gated repository without a token; one broken variant is a skipped row, n
 """
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import orjson
 
 from roofline.data import load_table
 from roofline.errors import RooflineError
 from roofline.model.formats import DTYPE_BITS, dtype_nbytes
 from roofline.model.inventory import Inventory, Tensor
 
+from .cache_files import cache_root, read_entry, write_entry
 from .hub import HubError, HubParts, hub_parts, inventory_from_parts
-from .skeleton_cache import cache_dir
 
 SCHEMA = "roofline.variant/1"
 DEFAULT_POOL = 8
@@ -49,7 +45,7 @@ class Variant:
 
 
 def _variants_dir() -> Path:
-    return cache_dir().parent / "variants"
+    return cache_root() / "variants"
 
 
 def _listing_path(base: str) -> Path:
@@ -76,12 +72,12 @@ def list_variants(base: str, limit: int | None = None) -> tuple[list[Variant], s
                         library=getattr(m, "library_name", None),
                         files=[s.rfilename for s in (getattr(m, "siblings", None) or ())])
                 for m in models]
-    _write(_listing_path(base), {"schema": SCHEMA, "base": base, "variants": [asdict(v) for v in variants]})
+    write_entry(_listing_path(base), {"schema": SCHEMA, "base": base, "variants": [asdict(v) for v in variants]})
     return variants, "hub"
 
 
 def _cached_listing(base: str, limit: int | None, missing_ok: bool = False) -> list[Variant] | None:
-    entry = _read(_listing_path(base))
+    entry = read_entry(_listing_path(base))
     if not isinstance(entry, dict) or entry.get("base") != base or not isinstance(entry.get("variants"), list):
         if missing_ok:
             return None
@@ -129,7 +125,7 @@ def audit_variants(variants: list[Variant], *, pool: int = DEFAULT_POOL, progres
         except RooflineError as exc:  # the files at this commit are broken: they stay broken
             variant.skipped = str(exc)
             if variant.sha:
-                _write(_entry_path(variant), {"schema": SCHEMA, "repo": variant.repo, "sha": variant.sha,
+                write_entry(_entry_path(variant), {"schema": SCHEMA, "repo": variant.repo, "sha": variant.sha,
                                               "failed": variant.skipped})
         except Exception as exc:  # noqa: BLE001 - one broken variant must not sink the table
             variant.skipped = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -155,7 +151,7 @@ def _entry_path(variant: Variant) -> Path:
 
 def _inventory(variant: Variant, offline: bool) -> Inventory:
     path = _entry_path(variant)
-    entry = _read(path) if variant.sha else None
+    entry = read_entry(path) if variant.sha else None
     if (isinstance(entry, dict) and entry.get("schema") == SCHEMA and entry.get("repo") == variant.repo
             and entry.get("sha") == variant.sha and isinstance(entry.get("failed"), str)):
         raise RooflineError(entry["failed"])  # found broken at this commit before
@@ -165,7 +161,7 @@ def _inventory(variant: Variant, offline: bool) -> Inventory:
             raise RooflineError("offline and not in the cache")
         parts = hub_parts(variant.repo, variant.sha, progress=False)
         if variant.sha:
-            _write(path, {"schema": SCHEMA, "repo": variant.repo, "sha": variant.sha, "config": parts.config,
+            write_entry(path, {"schema": SCHEMA, "repo": variant.repo, "sha": variant.sha, "config": parts.config,
                           "hf_quant": parts.hf_quant, "bytes_read": parts.bytes_read,
                           "checkpoint_bytes": parts.checkpoint_bytes,
                           "tensors": [[t.name, t.dtype, list(t.shape)] for t in parts.tensors]})
@@ -191,26 +187,3 @@ def _parts_from_entry(entry, variant: Variant) -> HubParts | None:
                         tensors, int(entry.get("bytes_read", 0)), int(entry.get("checkpoint_bytes", 0)))
     except (TypeError, ValueError, KeyError):
         return None
-
-
-def _read(path: Path):
-    try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-
-
-def _write(path: Path, entry: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(orjson.dumps(entry))
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-    except OSError:
-        return  # a read-only cache: only slower next time
