@@ -19,7 +19,7 @@ COMMANDS = {
     "kernels": ("roofline.commands.kernels", "Kernels per decode step per layer, and the CUDA-graph benefit."),
     "bench": ("roofline.commands.bench", "Measure single-stream decode tok/s of an OpenAI-compatible server."),
     "validate": ("roofline.commands.validate", "Set a measured decode tok/s beside the prediction."),
-    "calibrate": ("roofline.commands.calibrate", "Measure this host's achievable memory bandwidth."),
+    "calibrate": ("roofline.commands.calibrate", "Measure this host's memory bandwidth (on a GPU also its launch costs)."),
 }
 
 
