@@ -78,3 +78,9 @@ def test_root_cause_skips_vllms_wrappers(tmp_path):
     assert root_cause(str(log)).startswith("ValueError: Available memory on node 0")
     log.write_text("RuntimeError: Engine core initialization failed. See root cause above.\n")
     assert root_cause(str(log)) is None
+    log.write_text("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+                   "  Value error, The checkpoint you are trying to load has model type `x` but Transformers "
+                   "does not recognize this architecture.\n")
+    assert root_cause(str(log)) == ("ValidationError: 1 validation error for ModelConfig: Value error, The "
+                                    "checkpoint you are trying to load has model type `x` but Transformers does not "
+                                    "recognize this architecture.")

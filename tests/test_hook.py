@@ -529,7 +529,7 @@ def test_vllm_serve_tied_lm_head_counted_once(hook_checkpoints, tmp_path):
 # ---------------------------------------------------------------- capture CLI errors
 
 def test_capture_cli_reports_vllm_failure(tmp_path):
-    """A model vLLM cannot load: one-line error with vLLM's last words, exit 1."""
+    """A model vLLM cannot load: one line with vLLM's own reason, exit 1."""
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "config.json").write_text('{"model_type": "no-such-arch", "architectures": ["NoSuchForCausalLM"]}')
@@ -537,9 +537,11 @@ def test_capture_cli_reports_vllm_failure(tmp_path):
     proc = subprocess.run([str(roofline), "capture", str(bad), "-o", str(tmp_path / "c.json"),
                            "--timeout", "300"], capture_output=True, text=True, env=_vllm_env(), timeout=400)
     assert proc.returncode == 1
-    assert proc.stderr.startswith("error: vLLM exited with status")
-    assert "Traceback" not in proc.stderr.splitlines()[0]
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("error: vLLM failed to start: ") and "no-such-arch" in first, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
     assert not (tmp_path / "c.json").exists()
+    Path(re.search(r"vLLM's whole log: (\S+)\)", first).group(1)).unlink()
 
 
 def test_capture_cli_timeout_stops_vllm(hook_checkpoints, tmp_path):

@@ -124,16 +124,22 @@ _WRAPPERS = ("Engine core initialization failed", "WorkerProc initialization fai
 
 def root_cause(log_path: str) -> str | None:
     """The first exception line in vLLM's log that is not one of vLLM's wrappers: the error of
-    the process that really failed (a worker or the engine core), not 'see root cause above'."""
+    the process that really failed (a worker or the engine core), not 'see root cause above'. An
+    exception whose message continues on indented lines (pydantic's "1 validation error for
+    ModelConfig" / "  Value error, ...") gets its first continuation line too."""
     try:
         with open(log_path, errors="replace") as log:
-            for raw in log:
-                line = _LOG_PREFIX.sub("", raw.rstrip("\n")).strip()
-                match = _EXCEPTION.match(line)
-                if match and not any(w in match.group(2) for w in _WRAPPERS):
-                    return f"{match.group(1)}: {match.group(2)}"
+            lines = [_LOG_PREFIX.sub("", raw.rstrip("\n")) for raw in log]
     except OSError:
         return None
+    for n, line in enumerate(lines):
+        match = _EXCEPTION.match(line.strip())
+        if match and not any(w in match.group(2) for w in _WRAPPERS):
+            cause = f"{match.group(1)}: {match.group(2)}"
+            following = lines[n + 1].strip() if n + 1 < len(lines) else ""
+            if following and lines[n + 1][:1].isspace() and not following.startswith(("File ", "Traceback")):
+                cause += f": {following}"
+            return cause
     return None
 
 
