@@ -210,13 +210,13 @@ def capture_defaults(model: str, args: list[str]) -> list[str]:
     for one sequence of that length (vLLM then skips its gpu_memory_utilization share of the
     device / NUMA node, which fails on a 24 GB CPU box and is wasteful anywhere)."""
     given = _flags(args)
-    config = _model_config(model, args)
+    config = model_config(model, args)
     defaults: list[str] = []
     max_len = CAPTURE_MAX_MODEL_LEN
     if "--max-model-len" in given:
         max_len = None
     else:
-        derived = _max_positions(config)
+        derived = max_positions(config)
         max_len = min(max_len, derived) if derived else max_len
         defaults += ["--max-model-len", str(max_len)]
     if "--max-num-seqs" not in given:
@@ -247,7 +247,7 @@ def kv_budget(config: dict | None, max_len: int) -> int:
     return -(-need // (1 << 20)) << 20
 
 
-def _max_positions(config: dict | None) -> int | None:
+def max_positions(config: dict | None) -> int | None:
     if not config:
         return None
     inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
@@ -259,7 +259,7 @@ def _max_positions(config: dict | None) -> int | None:
     return None
 
 
-def _model_config(model: str, args: list[str]) -> dict | None:
+def model_config(model: str, args: list[str]) -> dict | None:
     """config.json of MODEL (a folder, or a hub id through huggingface_hub, which vLLM reads too)."""
     try:
         if os.path.isdir(model):

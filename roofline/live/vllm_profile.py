@@ -49,6 +49,16 @@ def profile_decode_step(model: str, out_dir: str, *, prompt_token_ids=DEFAULT_PR
     before = set(_trace_files(out_dir))
     engine_kwargs.setdefault("enforce_eager", True)
     engine_kwargs.setdefault("max_num_seqs", 1)
+    # one short request: the smallest KV cache that starts, as `roofline capture` asks for, unless
+    # the caller (or VLLM_CPU_KVCACHE_SPACE) sized it; vLLM's default share fails on small boxes
+    from .capture import CAPTURE_MAX_MODEL_LEN, max_positions, model_config, kv_budget
+
+    config = model_config(model, [])
+    if "max_model_len" not in engine_kwargs:
+        engine_kwargs["max_model_len"] = min(CAPTURE_MAX_MODEL_LEN, max_positions(config) or CAPTURE_MAX_MODEL_LEN)
+    if not {"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(engine_kwargs) and not os.environ.get(
+            "VLLM_CPU_KVCACHE_SPACE"):
+        engine_kwargs["kv_cache_memory_bytes"] = kv_budget(config, engine_kwargs["max_model_len"])
     llm = LLM(model=model, profiler_config={
         "profiler": "torch", "torch_profiler_dir": out_dir, "torch_profiler_with_stack": True,
         "ignore_frontend": True,  # the front end's own trace holds no model work
