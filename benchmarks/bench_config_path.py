@@ -26,6 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "tests" / "reference_configs"
 DENSE = CONFIGS / "Qwen__Qwen3-8B"
 MOE = CONFIGS / "Qwen__Qwen3.6-35B-A3B"
+# five configs for `compare` (two share a skeleton: the cache builds four)
+COMPARE = ["Qwen__Qwen3-8B", "Qwen__Qwen3-30B-A3B", "Qwen__Qwen3-30B-A3B-FP8", "nvidia__Qwen3-30B-A3B-NVFP4",
+           "meta-llama__Llama-3.1-8B-Instruct"]
 
 
 def write_header_checkpoint(directory: Path) -> None:
@@ -116,6 +119,10 @@ def main() -> None:
                 rows.append((f"{command} {label} config-only, cold", argv, False))
                 if not args.cold_only:
                     rows.append((f"{command} {label} config-only, warm", argv, True))
+        if not args.cold_only:  # compare arrived with the cache; an older tree has no such command
+            argv = ["compare", *(str(config_dir(CONFIGS / name, work)) for name in COMPARE), "--json"]
+            rows.append(("compare of 5 configs, cold", argv, False))
+            rows.append(("compare of 5 configs, warm", argv, True))
         results = [(label, measure(argv, env, work, args.repeat, warm)) for label, argv, warm in rows]
     reference = results[0][1]
     width = max(len(label) for label, _ in results)

@@ -193,7 +193,7 @@ def _known_formats() -> frozenset:
 def step_seconds(inventory: Inventory, hardware: Hardware, backend: Backend, target: str, batch: int,
                  context: int, kv_cache_dtype: str, tp=None) -> tuple[float, str, Traffic]:
     """(seconds per decode step of `batch` sequences, what bounds it, the traffic)."""
-    traffic = compute_traffic(inventory, Scenario(batch=batch, context=context, kv_cache_dtype=kv_cache_dtype))
+    traffic = _traffic(inventory, Scenario(batch=batch, context=context, kv_cache_dtype=kv_cache_dtype))
     bytes_per_step = traffic.bytes_per_token * batch
     efficiency = hardware.efficiency * backend.relative_efficiency
     comm = 0.0
@@ -204,7 +204,7 @@ def step_seconds(inventory: Inventory, hardware: Hardware, backend: Backend, tar
         comm = split.comm_seconds_per_step
         ranks = tp.ranks
     memory = bytes_per_step / (hardware.bandwidth_gbps * 1e9 * efficiency)
-    traffic1 = traffic if batch == 1 else compute_traffic(inventory, Scenario(batch=1, context=context,
+    traffic1 = traffic if batch == 1 else _traffic(inventory, Scenario(batch=1, context=context,
                                                                               kv_cache_dtype=kv_cache_dtype))
     compute = batch * flops_per_token(inventory, traffic1, hardware, backend, target, context) / ranks
     bound = "compute" if compute > memory else "memory"
@@ -292,6 +292,22 @@ def _checkpoint_name(base: Inventory, target: str, recipe: str) -> tuple[str, st
     return f"./{name}-{suffix}", f"{made.tool}; recipe {recipe}"
 
 
+# Within one plan the same simulated inventory is priced under the same scenario several times
+# (ranking, KV share, step time): one traffic per (inventory, scenario). Cleared by build_plan; the
+# inventory is kept beside its traffic, so an id is never mistaken for a later object's.
+_TRAFFIC: dict[tuple[int, Scenario], tuple[Inventory, Traffic]] = {}
+
+
+def _traffic(inventory: Inventory, scenario: Scenario) -> Traffic:
+    key = (id(inventory), scenario)
+    hit = _TRAFFIC.get(key)
+    if hit is not None and hit[0] is inventory:
+        return hit[1]
+    traffic = compute_traffic(inventory, scenario)
+    _TRAFFIC[key] = (inventory, traffic)
+    return traffic
+
+
 def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: list[str],
               recipe_names: list[str], simulated: dict[tuple[str, str], Inventory] | None = None,
               evidence: Evidence | None = None) -> tuple[list[Recommendation], list[str]]:
@@ -325,7 +341,7 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
             kv = workload.kv_cache_dtype
             if kv == "auto":
                 kv = "fp8" if has_fp8 and _kv_share(sim, workload.context) >= cfg["kv_cache"]["min_share"] else "auto"
-            traffic1 = compute_traffic(sim, Scenario(batch=1, context=workload.context, kv_cache_dtype=kv))
+            traffic1 = _traffic(sim, Scenario(batch=1, context=workload.context, kv_cache_dtype=kv))
             sims[(fmt, recipe_name)] = (sim, traffic1)
             candidates = backends_for(fmt, hardware)
             if not candidates:
@@ -361,7 +377,7 @@ class _TP:
 
 
 def _kv_share(sim: Inventory, context: int) -> float:
-    traffic = compute_traffic(sim, Scenario(batch=1, context=context))
+    traffic = _traffic(sim, Scenario(batch=1, context=context))
     return traffic.kv_bytes_per_token / traffic.bytes_per_token if traffic.bytes_per_token else 0.0
 
 
@@ -501,8 +517,11 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
         get_recipe(name)
     workload = Workload(concurrency, context, kv_cache_dtype, memory_budget_gb, tp, link).validate()
     kv = kv_cache_dtype if kv_cache_dtype != "auto" else ("fp8" if "fp8" in hardware.tensor_tflops else "auto")
-    simulated = simulate_all(inventory, formats, recipes, Scenario(batch=1, context=context, kv_cache_dtype=kv),
-                             hardware)
+    _TRAFFIC.clear()
+    scenario = Scenario(batch=1, context=context, kv_cache_dtype=kv)
+    simulated = simulate_all(inventory, formats, recipes, scenario, hardware)
+    for s in simulated:
+        _TRAFFIC[(id(s.inventory), s.traffic.scenario)] = (s.inventory, s.traffic)
     evidence = Evidence.gather(base_model_name(inventory.model_id), hardware.key, record_rows)
     recommendations, notes = recommend(inventory, hardware, workload, formats, recipes,
                                        simulated={(s.format, s.recipe): s.inventory for s in simulated},
@@ -511,5 +530,6 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
         q = base_of.quant
         notes.insert(0, f"{base_of.model_id} is quantized ({q.method}{' ' + q.algo if q.algo else ''}): the formats are "
                         f"simulated from its base, {inventory.model_id} (its config without the quantization config)")
+    _TRAFFIC.clear()
     return Plan(inventory, hardware, workload, simulated, recommendations, notes,
                 base_of=base_of.model_id if base_of is not None else None)
