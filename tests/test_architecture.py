@@ -83,8 +83,8 @@ def test_header_audit_imports_nothing_heavy(checkpoint):
 
 
 def test_the_suite_never_reads_shared():
-    """CI runs on a clean clone that may have no ../shared: inputs the tests need are copied into
-    tests/ (reference_configs/ with its SOURCES.md). No test file may reach for ../shared."""
+    """CI runs on a clean clone that may have no shared folder beside it: inputs the tests need are
+    copied into tests/ (reference_configs/ with its SOURCES.md). No test file may reach for it."""
     word = "sha" + "red"  # spelled apart, so that this file does not match its own search
     needles = (f'"{word}"', f"'{word}'", f"../{word}", f"{word}/reference")
     offenders = []
