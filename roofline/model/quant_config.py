@@ -308,3 +308,13 @@ def _compare(primary: QuantConfig, secondary: QuantConfig) -> list[str]:
         return [f"config.json quantization_config (used by vLLM) says {', '.join(sorted(a))}; "
                 f"hf_quant_config.json says {', '.join(sorted(b))}"]
     return []
+
+
+def without_quantization(config: dict) -> dict:
+    """config.json without its quantization_config (at the top and in text_config): the config
+    of the unquantized model it was made from."""
+    out = {k: v for k, v in config.items() if k != "quantization_config"}
+    inner = out.get("text_config")
+    if isinstance(inner, dict) and "quantization_config" in inner:
+        out["text_config"] = {k: v for k, v in inner.items() if k != "quantization_config"}
+    return out

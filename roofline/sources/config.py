@@ -25,7 +25,7 @@ from roofline.errors import RooflineError
 from roofline.model.assemble import inventory_from_tensors
 from roofline.model.inventory import Inventory
 from roofline.model.limits import check_config_sizes
-from roofline.model.quant_config import parse_quant_config
+from roofline.model.quant_config import parse_quant_config, without_quantization
 from roofline.model.quantize import apply_quant_config
 from roofline.model.skeleton import Skeleton
 
@@ -91,9 +91,7 @@ def base_inventory(quantized: Inventory, *, use_cache: bool = True) -> Inventory
     quantization config (and without hf_quant_config.json), named after the base."""
     from roofline.model.naming import base_model_name
 
-    config = {k: v for k, v in quantized.config.items() if k != "quantization_config"}
-    if isinstance(config.get("text_config"), dict):
-        config["text_config"] = {k: v for k, v in config["text_config"].items() if k != "quantization_config"}
-    inventory = inventory_from_config(base_model_name(quantized.model_id), config, None, use_cache=use_cache)
+    inventory = inventory_from_config(base_model_name(quantized.model_id), without_quantization(quantized.config),
+                                      None, use_cache=use_cache)
     inventory.source = f"config (base of {quantized.model_id})"
     return inventory

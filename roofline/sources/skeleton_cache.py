@@ -21,11 +21,10 @@ import json
 from importlib import metadata
 from pathlib import Path
 
-from roofline.model.formats import DTYPE_BITS, dtype_nbytes
-from roofline.model.inventory import Tensor
+from roofline.model.quant_config import without_quantization
 from roofline.model.skeleton import Skeleton
 
-from .cache_files import cache_root
+from .cache_files import cache_root, tensor_rows, tensors_from_rows
 from .cache_files import read_entry as read_json
 from .cache_files import write_entry as write_json
 
@@ -48,11 +47,7 @@ def cache_dir() -> Path:
 def buildable_config(config: dict) -> dict:
     """The config without quantization_config (roofline applies it itself; transformers would try
     to load a quantizer, and some, like MXFP4, need a GPU) and without auto_map."""
-    out = {k: v for k, v in config.items() if k not in ("quantization_config", "auto_map")}
-    inner = out.get("text_config")
-    if isinstance(inner, dict) and "quantization_config" in inner:
-        out["text_config"] = {k: v for k, v in inner.items() if k != "quantization_config"}
-    return out
+    return {k: v for k, v in without_quantization(config).items() if k != "auto_map"}
 
 
 def _transformers_version() -> str:
@@ -106,16 +101,10 @@ def read_entry(path: Path, key: str) -> Skeleton | None:
 def _checked(entry, key: str) -> Skeleton | None:
     if not isinstance(entry, dict) or entry.get("schema") != SCHEMA or entry.get("key") != key:
         return None
-    rows, linear = entry["tensors"], entry["linear"]
-    if not isinstance(rows, list) or not isinstance(linear, list) or len(rows) > MAX_TENSORS:
+    linear = entry["linear"]
+    tensors = tensors_from_rows(entry["tensors"], MAX_TENSORS, MAX_DIM)
+    if tensors is None or not isinstance(linear, list):
         return None
-    tensors = []
-    for name, dtype, shape in rows:
-        if (not isinstance(name, str) or not name or dtype not in DTYPE_BITS or not isinstance(shape, list)
-                or len(shape) > 8 or not all(type(d) is int and 0 <= d < MAX_DIM for d in shape)):
-            return None
-        shape = tuple(shape)
-        tensors.append(Tensor(name, dtype, shape, dtype_nbytes(dtype, shape)))  # bytes recomputed, not read
     if not all(type(i) is int and 0 <= i < len(tensors) for i in linear):
         return None
     return Skeleton(tensors, {tensors[i].name for i in linear})
@@ -124,6 +113,6 @@ def _checked(entry, key: str) -> Skeleton | None:
 def write_entry(path: Path, key: str, skeleton: Skeleton) -> None:
     index = {t.name: i for i, t in enumerate(skeleton.tensors)}
     entry = {"schema": SCHEMA, "key": key, "transformers": _transformers_version(),
-             "tensors": [[t.name, t.dtype, list(t.shape)] for t in skeleton.tensors],
+             "tensors": tensor_rows(skeleton.tensors),
              "linear": sorted(index[name] for name in skeleton.linear_weights if name in index)}
     write_json(path, entry)

@@ -22,10 +22,15 @@ from pathlib import Path
 
 from roofline.data import load_table
 from roofline.errors import RooflineError
-from roofline.model.formats import DTYPE_BITS, dtype_nbytes
-from roofline.model.inventory import Inventory, Tensor
+from roofline.model.inventory import Inventory
 
-from .cache_files import cache_root, read_entry, write_entry
+from .cache_files import (
+    cache_root,
+    read_entry,
+    tensor_rows,
+    tensors_from_rows,
+    write_entry,
+)
 from .hub import HubError, HubParts, hub_parts, inventory_from_parts
 
 SCHEMA = "roofline.variant/1"
@@ -164,7 +169,7 @@ def _inventory(variant: Variant, offline: bool) -> Inventory:
             write_entry(path, {"schema": SCHEMA, "repo": variant.repo, "sha": variant.sha, "config": parts.config,
                           "hf_quant": parts.hf_quant, "bytes_read": parts.bytes_read,
                           "checkpoint_bytes": parts.checkpoint_bytes,
-                          "tensors": [[t.name, t.dtype, list(t.shape)] for t in parts.tensors]})
+                          "tensors": tensor_rows(parts.tensors)})
     else:
         parts.bytes_read = 0  # nothing was read this time
     return inventory_from_parts(parts)
@@ -176,12 +181,9 @@ def _parts_from_entry(entry, variant: Variant) -> HubParts | None:
         if (not isinstance(entry, dict) or entry.get("schema") != SCHEMA or entry.get("repo") != variant.repo
                 or entry.get("sha") != variant.sha or not isinstance(entry.get("config"), dict)):
             return None
-        tensors = []
-        for name, dtype, shape in entry["tensors"]:
-            if (not isinstance(name, str) or dtype not in DTYPE_BITS or not isinstance(shape, list)
-                    or not all(type(d) is int and 0 <= d < 1 << 40 for d in shape)):
-                return None
-            tensors.append(Tensor(name, dtype, tuple(shape), dtype_nbytes(dtype, shape)))
+        tensors = tensors_from_rows(entry["tensors"])
+        if tensors is None:
+            return None
         hf_quant = entry.get("hf_quant")
         return HubParts(variant.repo, variant.sha, entry["config"], hf_quant if isinstance(hf_quant, dict) else None,
                         tensors, int(entry.get("bytes_read", 0)), int(entry.get("checkpoint_bytes", 0)))
