@@ -445,6 +445,17 @@ def engine_facts(vllm_config) -> dict:
         facts.setdefault("quant_config", {})["checkpoint"] = hf_quant
     if cache is not None:
         facts["kv_cache_dtype"] = str(getattr(cache, "cache_dtype", "auto"))
+        facts["block_size"] = getattr(cache, "block_size", None)
+    # what the decode step runs as: CUDA graphs (and which kind) or eager launches
+    compilation = getattr(vllm_config, "compilation_config", None)
+    mode = getattr(compilation, "cudagraph_mode", None) if compilation is not None else None
+    if mode is not None:
+        facts["cudagraph_mode"] = _json_safe(mode)
+    speculative = getattr(vllm_config, "speculative_config", None)
+    if speculative is not None:
+        facts["speculative"] = {"method": _json_safe(getattr(speculative, "method", None)),
+                                "num_speculative_tokens": getattr(speculative, "num_speculative_tokens", None),
+                                "model": _json_safe(getattr(speculative, "model", None))}
     kernel_config = getattr(vllm_config, "kernel_config", None)
     if kernel_config is not None:
         facts["kernel_config"] = {k: _json_safe(v) for k, v in vars(kernel_config).items()

@@ -23,13 +23,14 @@ from .view import as_rows, report_data
 __all__ = ["render_report", "write_audit_report", "add_to_report", "read_report_data"]
 
 
-def render_report(audit_json: dict, plan_json=None, validation_rows=None, cdn: bool = False, compare_json=None) -> str:
+def render_report(audit_json: dict, plan_json=None, validation_rows=None, cdn: bool = False, compare_json=None,
+                  doctor_json=None) -> str:
     """HTML of the report. plan_json: `roofline plan --json` output (an object holding ranked
     rows, or the list of rows); validation_rows: predicted-vs-measured records (a list of
     objects). Sections without data are left out."""
-    data = report_data(audit_json, plan_json, validation_rows, compare_json)
+    data = report_data(audit_json, plan_json, validation_rows, compare_json, doctor_json)
     embedded = {"audit": audit_json, "plan": plan_json, "validation": validation_rows, "compare": compare_json,
-                "cdn": bool(cdn)}
+                "doctor": doctor_json, "cdn": bool(cdn)}
     return render_page(data, cdn=cdn, embedded=embedded)
 
 
@@ -42,9 +43,10 @@ def _audit_json(result) -> dict:
     return to_json()
 
 
-def write_audit_report(result, path, cdn: bool = False, plan=None, validation=None, compare=None) -> int:
+def write_audit_report(result, path, cdn: bool = False, plan=None, validation=None, compare=None, doctor=None) -> int:
     """Write the report for an AuditResult (or its to_json() dict) to path; returns its size."""
-    return _write(path, render_report(_audit_json(result), plan, validation, cdn=cdn, compare_json=compare))
+    return _write(path, render_report(_audit_json(result), plan, validation, cdn=cdn, compare_json=compare,
+                                      doctor_json=doctor))
 
 
 def read_report_data(path) -> dict:
@@ -66,7 +68,7 @@ def read_report_data(path) -> dict:
     return data
 
 
-def add_to_report(path, plan=None, validation=None, cdn: bool | None = None, compare=None) -> int:
+def add_to_report(path, plan=None, validation=None, cdn: bool | None = None, compare=None, doctor=None) -> int:
     """Add (or replace) the plan and/or validation sections of an existing report, keeping
     what it had. Validation rows are appended to those already there."""
     data = read_report_data(path)
@@ -76,18 +78,20 @@ def add_to_report(path, plan=None, validation=None, cdn: bool | None = None, com
         data["validation"] = as_rows(data.get("validation"), "validation") + as_rows(validation, "validation")
     if compare is not None:
         data["compare"] = compare
+    if doctor is not None:
+        data["doctor"] = doctor
     use_cdn = bool(data.get("cdn")) if cdn is None else cdn
     return _write(path, render_report(data["audit"], data.get("plan"), data.get("validation"), cdn=use_cdn,
-                                      compare_json=data.get("compare")))
+                                      compare_json=data.get("compare"), doctor_json=data.get("doctor")))
 
 
-def update_report(path, audit, *, plan=None, validation=None, compare=None, cdn: bool = False) -> int:
-    """What `plan --html`, `validate --html` and `compare --html` do: add their section to the
+def update_report(path, audit, *, plan=None, validation=None, compare=None, doctor=None, cdn: bool = False) -> int:
+    """What `plan --html`, `validate --html`, `compare --html` and `doctor --html` do: add their section to the
     report already at path (an earlier `audit --html`), or write a new report of `audit` with it."""
     if os.path.isfile(path):
         read_report_data(path)  # a file that is not a roofline report is an error, not overwritten
-        return add_to_report(path, plan=plan, validation=validation, compare=compare)
-    return write_audit_report(audit, path, cdn=cdn, plan=plan, validation=validation, compare=compare)
+        return add_to_report(path, plan=plan, validation=validation, compare=compare, doctor=doctor)
+    return write_audit_report(audit, path, cdn=cdn, plan=plan, validation=validation, compare=compare, doctor=doctor)
 
 
 def _write(path, page: str) -> int:

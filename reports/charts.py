@@ -280,3 +280,24 @@ def compare_chart(data: ReportData):
     fig.update_yaxes(title_text="bytes / token", gridcolor="#eee")
     fig.update_xaxes(type="category")
     return fig
+
+
+def doctor_chart(data: ReportData):
+    """The doctor's walk from this configuration to the best one: a waterfall of the configuration
+    causes' gains, with the measured figure beside it."""
+    import plotly.graph_objects as go
+
+    doc = data.doctor or {}
+    causes = [c for c in doc.get("causes") or [] if isinstance(c, dict) and c.get("kind") == "configuration"]
+    predicted = first_number(doc, "predicted_tok_s") or 0.0
+    x = ["this configuration"] + [text(c.get("id")) for c in causes] + ["best configuration"]
+    y = [predicted] + [first_number(c, "expected_gain_tok_s") or 0.0 for c in causes] + [0.0]
+    fig = go.Figure(go.Waterfall(x=x, y=y, measure=["absolute"] + ["relative"] * len(causes) + ["total"],
+                                 hovertemplate="%{x}: %{y:.1f} tok/s<extra></extra>", name="predicted"))
+    measured = first_number(doc, "measured_tok_s")
+    if measured is not None:
+        fig.add_scatter(x=[x[0]], y=[measured], mode="markers", marker=dict(size=14, symbol="diamond"),
+                        name="measured", hovertemplate="measured: %{y:.1f} tok/s<extra></extra>")
+    _layout(fig, "Single-stream tok/s: this configuration, each fix, the best configuration", 420)
+    fig.update_yaxes(title_text="tok/s", gridcolor="#eee")
+    return fig

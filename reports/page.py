@@ -324,6 +324,37 @@ def compare_section(data: ReportData, figure) -> str:
             + (f"<h3>Skipped</h3><ul>{skipped}</ul>" if skipped else "") + "</section>")
 
 
+def doctor_section(data: ReportData, figure) -> str:
+    """`roofline doctor`: the server's configuration, measured vs predicted vs best, the ranked causes."""
+    doc = data.doctor
+    if not doc:
+        return ""
+    server = doc.get("server") or {}
+    facts = [("model", server.get("model")), ("vLLM", server.get("version")), ("KV cache", server.get("kv_cache_dtype")),
+             ("block size", server.get("block_size")), ("KV blocks", server.get("num_kv_blocks")),
+             ("max_model_len", server.get("max_model_len")), ("graph mode", server.get("graph_mode")),
+             ("TP", server.get("tp"))]
+    spec = server.get("speculative")
+    if isinstance(spec, dict):
+        facts.append(("speculative", f"{spec.get('num_draft')} draft tokens ({spec.get('method')}), acceptance "
+                                     f"{spec.get('acceptance_rate')}"))
+    facts_html = "".join(f"<li>{esc(name)}: <b>{esc('not seen' if value is None else value)}</b></li>"
+                         for name, value in facts)
+    columns = [("#", "num"), ("cause", "text"), ("gain tok/s", "num"), ("fix", "text"), ("evidence", "text")]
+    rows = [[(str(i), i), (c.get("id"), c.get("id")), (charts.format_tok_s(c.get("expected_gain_tok_s")),
+                                                      c.get("expected_gain_tok_s")),
+             (c.get("fix"), c.get("fix")), (c.get("evidence"), c.get("evidence"))]
+            for i, c in enumerate([c for c in doc.get("causes") or [] if isinstance(c, dict)], 1)]
+    table = sortable_table("doctor-table", columns, rows) if rows else "<p>No configuration cause found.</p>"
+    unseen = "".join(f"<li>{esc(line)}</li>" for line in doc.get("unseen") or [])
+    problems = "".join(f"<li>{esc(line)}</li>" for line in doc.get("problems") or [])
+    return ('<section id="doctor"><h2>Live diagnosis (doctor)</h2>'
+            f'<p>{esc(doc.get("verdict"))}</p><ul class="facts">{facts_html}</ul>'
+            f'<div class="chart">{figure}</div>{table}'
+            + (f"<h3>Could not see</h3><ul>{unseen}</ul>" if unseen else "")
+            + (f"<h3>Partial</h3><ul>{problems}</ul>" if problems else "") + "</section>")
+
+
 def validation_section(data: ReportData) -> str:
     if not data.validation_rows:
         return ""
@@ -356,6 +387,8 @@ def render_page(data: ReportData, cdn: bool, embedded: dict) -> str:
         figures["chart-plan"] = charts.plan_chart(data)
     if data.compare_rows:
         figures["chart-compare"] = charts.compare_chart(data)
+    if data.doctor:
+        figures["chart-doctor"] = charts.doctor_chart(data)
     divs = {key: figure_div(fig, key) for key, fig in figures.items()}
     model = str(a.get("model", "model"))
     body = f"""
@@ -380,6 +413,7 @@ def render_page(data: ReportData, cdn: bool, embedded: dict) -> str:
 </section>
 {plan_section(data, divs.get('chart-plan', ''))}
 {compare_section(data, divs.get('chart-compare', ''))}
+{doctor_section(data, divs.get('chart-doctor', ''))}
 {validation_section(data)}
 {cuda_graph_section(data)}
 {notes_section(data)}

@@ -18,6 +18,7 @@ COMMANDS = {
     "capture": ("roofline.commands.capture", "Load a model in vLLM with the roofline hook and write the live inventory."),
     "kernels": ("roofline.commands.kernels", "Kernels per decode step per layer, and the CUDA-graph benefit."),
     "bench": ("roofline.commands.bench", "Measure single-stream decode tok/s of an OpenAI-compatible server."),
+    "doctor": ("roofline.commands.doctor", "Why a running vLLM server decodes below its roof, and what each fix gains."),
     "validate": ("roofline.commands.validate", "Set a measured decode tok/s beside the prediction."),
     "calibrate": ("roofline.commands.calibrate", "Measure this host's memory bandwidth (on a GPU also its launch costs)."),
 }

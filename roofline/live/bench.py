@@ -140,6 +140,7 @@ class BenchResult:
     sweep: list[LevelResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     started_at: str = ""
+    warmup_tokens: int = 0  # completion tokens of the unrecorded warm-up requests (server counters see them)
 
     @property
     def completed(self) -> list[RunResult]:
@@ -505,6 +506,7 @@ def run_bench(cfg: BenchConfig, progress=None) -> BenchResult:
         if not run.ok and run.error and run.error.startswith(("connection refused", "cannot reach", "HTTP")):
             raise RooflineError(run.error)
         if i < cfg.warmup:
+            result.warmup_tokens += run.completion_tokens
             say(f"warm-up {i + 1}/{cfg.warmup}: " + (f"{run.completion_tokens} tokens" if run.ok else run.error))
         else:  # --warmup 0: the probe request is a measured run
             result.runs.append(run)

@@ -1,0 +1,337 @@
+"""Why a running server decodes below its roof: the pure part of `roofline doctor`.
+
+Given the checkpoint's inventory (from the server's own capture, or the checkpoint), the hardware
+and the serving configuration the server reported (`Serving`), this module
+
+1. predicts what that exact configuration should reach (single stream): the audit's bytes per
+   token at the server's KV dtype, context and speculative settings, timed by the CUDA-graph model
+   in the server's graph mode (or across TP ranks), times the efficiency of the GEMM backend in use,
+   plus the extra bytes of an emulated kernel;
+2. finds each configuration cause (CUDA graphs off, a BF16 KV cache, BF16 residual linears, an
+   emulated or slower backend, speculation below break-even), each as a fix that changes the
+   inventory or the configuration;
+3. ranks the fixes by what each alone would gain, then applies them one after another in that
+   order: each cause's expected gain is what it adds on top of the fixes ranked above it, so the
+   best configuration's prediction is this configuration's plus the causes' gains, exactly;
+4. sets the measured figure beside the prediction (the engine gap, a "measurement" cause).
+
+Every fix text and threshold lives in roofline/data/doctor.toml.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from roofline.data import load_table
+from roofline.errors import RooflineError
+from roofline.model.formats import PLAIN_FORMATS, format_label
+from roofline.model.grouping import short_label
+from roofline.model.inventory import Inventory
+from roofline.predict.ceiling import compute_ceiling
+from roofline.predict.cuda_graph import applies_to, estimate
+from roofline.predict.hardware import Hardware
+from roofline.predict.tensor_parallel import default_link, tensor_parallel
+from roofline.predict.serving import Serving, main_format
+from roofline.predict.traffic import Traffic, compute_traffic
+
+from .recommend import backends_for
+from .simulate import get_recipe, simulate
+
+PLAIN = set(PLAIN_FORMATS.values())
+
+
+@dataclass
+class Prediction:
+    tok_s: float
+    bytes_per_token: float
+    traffic: Traffic
+    timing: str  # how the time was modelled
+
+
+@dataclass
+class Cause:
+    id: str
+    kind: str  # configuration | measurement
+    evidence: str
+    fix: str
+    expected_gain_tok_s: float  # on top of the causes ranked above it (configuration causes)
+    alone_gain_tok_s: float  # if it were the only fix
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "kind": self.kind, "evidence": self.evidence, "fix": self.fix,
+                "expected_gain_tok_s": self.expected_gain_tok_s, "alone_gain_tok_s": self.alone_gain_tok_s}
+
+
+@dataclass
+class Diagnosis:
+    predicted_tok_s: float
+    best_tok_s: float
+    measured_tok_s: float | None
+    bytes_per_token: float
+    best_bytes_per_token: float
+    causes: list[Cause]
+    verdict: str
+    timing: str
+    traffic: Traffic  # of the server's own configuration
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def configuration_gain_tok_s(self) -> float:
+        return sum(c.expected_gain_tok_s for c in self.causes if c.kind == "configuration")
+
+
+# --------------------------------------------------------------------------- prediction
+
+def _table() -> dict:
+    return load_table("doctor")
+
+
+def _relative_efficiency(fmt: str | None, backend: str | None, hardware: Hardware) -> float:
+    """rules.toml's relative efficiency of `backend` for `fmt` here; the default backend's when
+    `backend` is None; 1.0 for a backend the table does not rate here (no measurement)."""
+    if fmt is None:
+        return 1.0
+    candidates = backends_for(fmt, hardware)
+    if backend is None:
+        return candidates[0].relative_efficiency if candidates else 1.0
+    for entry in candidates:
+        if backend in (entry.linear_backend, entry.moe_backend):
+            return entry.relative_efficiency
+    return 1.0
+
+
+def _emulation_bytes(inventory: Inventory, traffic: Traffic, serving: Serving) -> float:
+    """Bytes per token an emulated kernel adds: a BF16 copy of each weight written and read back."""
+    if serving.backend != "emulation":
+        return 0.0
+    per_weight = next(e["dequantized_bytes_per_weight"] for e in _table()["kernel"] if e["backend"] == "emulation")
+    fmt = main_format(inventory)
+    extra = 0.0
+    for module, moved in zip(inventory.modules, traffic.modules):
+        if module.format == fmt:
+            extra += module.params * moved.read_fraction * per_weight / (traffic.tokens_per_step or 1.0)
+    return extra
+
+
+def predict(inventory: Inventory, hardware: Hardware, serving: Serving) -> Prediction:
+    """Single-stream decode tok/s this configuration should reach on this hardware."""
+    traffic = compute_traffic(inventory, serving.scenario())
+    extra = _emulation_bytes(inventory, traffic, serving)
+    bytes_per_token = traffic.bytes_per_token + extra
+    if serving.tp > 1:
+        split = tensor_parallel(inventory, traffic, hardware, serving.tp, default_link(hardware))
+        tok_s, timing = split.expected_tok_s, f"tensor parallel x{serving.tp} over {split.link.name}"
+    elif applies_to(hardware):
+        try:
+            graph = estimate(inventory, traffic, hardware)
+            tok_s = graph.graph_tok_s if serving.graphs else graph.eager_tok_s
+            timing = "CUDA graphs" if serving.graphs else "eager (a host launch per kernel)"
+        except RooflineError:  # nothing the kernel model can time: the bandwidth roof alone
+            tok_s, timing = compute_ceiling(traffic, hardware).expected_tok_s, "bandwidth x efficiency"
+    else:
+        tok_s, timing = compute_ceiling(traffic, hardware).expected_tok_s, "bandwidth x efficiency (no CUDA graphs on a CPU)"
+    if extra:
+        tok_s *= traffic.bytes_per_token / bytes_per_token
+        timing += f", + {extra / 1e9:.3g} GB/token of emulated dequantization"
+    tok_s *= _relative_efficiency(main_format(inventory), serving.backend, hardware)
+    return Prediction(tok_s, bytes_per_token, traffic, timing)
+
+
+# --------------------------------------------------------------------------- causes
+
+@dataclass
+class Fix:
+    """One thing to change; `apply` returns the fixed (inventory, serving)."""
+
+    id: str
+    evidence: str
+    fields: dict
+    apply: Callable[[Inventory, Serving], tuple[Inventory, Serving]]
+
+
+@dataclass(frozen=True)
+class Context:
+    hardware: Hardware
+    evidence: dict  # fact -> where it was seen ("capture: cudagraph_mode=NONE", ...)
+    kv_fp8_supported: bool
+
+
+def _graphs(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
+    if serving.graphs or not applies_to(ctx.hardware) or serving.tp > 1:
+        return []
+    return [Fix("cuda_graphs", ctx.evidence.get("graphs", "graph mode: eager"), {},
+                lambda inv, s: (inv, replace(s, graphs=True)))]
+
+
+def _kv_dtype(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
+    if serving.kv_cache_dtype.startswith("fp8") or not ctx.kv_fp8_supported or not inventory.shape.attention:
+        return []
+    resolved = compute_traffic(inventory, serving.scenario()).kv_dtype
+    return [Fix("kv_cache_dtype", ctx.evidence.get("kv_cache_dtype", f"KV cache dtype {resolved}"),
+                {"current": resolved}, lambda inv, s: (inv, replace(s, kv_cache_dtype="fp8")))]
+
+
+def _residuals(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
+    """BF16 linears of a quantized checkpoint that the default recipe would quantize: one fix per
+    kind of module ("linear_attn.in_proj_qkvz"), worth it above rules' residual share."""
+    target = main_format(inventory)
+    if target is None:
+        return []
+    simulated = simulate(inventory, target, get_recipe("default"))
+    by_name = {m.name: m for m in simulated.modules}
+    traffic = compute_traffic(inventory, serving.scenario())
+    min_share = load_table("rules")["residual"]["min_share"]
+    groups: dict[str, list] = {}
+    for module, moved in zip(inventory.modules, traffic.modules):
+        changed = by_name.get(module.name)
+        if module.format in PLAIN and changed is not None and changed.format != module.format:
+            groups.setdefault(short_label(module.name), []).append((module, moved))
+    fixes = []
+    for label, members in sorted(groups.items()):
+        per_token = sum(moved.bytes_per_token for _, moved in members)
+        if per_token < min_share * traffic.bytes_per_token:
+            continue
+        names = {module.name for module, _ in members}
+        fmt = members[0][0].format
+        methods = sorted({module.quant_method for module, _ in members})
+        evidence = (f"{ctx.evidence.get('inventory', 'checkpoint')}: {label} x{len(members)} "
+                    f"{'/'.join(methods)} in {format_label(fmt)}, {per_token / 1e9:.3g} GB/token "
+                    f"({100 * per_token / traffic.bytes_per_token:.0f}% of bytes/token)")
+
+        def apply(inv: Inventory, s: Serving, names=names) -> tuple[Inventory, Serving]:
+            modules = [by_name[m.name] if m.name in names else m for m in inv.modules]
+            return replace(inv, modules=modules), s
+        fixes.append(Fix("bf16_residual", evidence, {"label": f"{label} x{len(members)}",
+                                                      "gb_per_token": per_token / 1e9,
+                                                      "format": format_label(fmt), "target": format_label(target)},
+                         apply))
+    return fixes
+
+
+def _backend(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
+    """The main format runs on a backend that rules.toml rates below the best one here, or emulated."""
+    fmt = main_format(inventory)
+    if fmt is None or serving.backend is None:
+        return []
+    candidates = [b for b in backends_for(fmt, ctx.hardware) if not b.requires]
+    if not candidates:
+        return []
+    best = max(candidates, key=lambda b: b.relative_efficiency)
+    best_name = best.linear_backend or best.moe_backend
+    if best_name is None or best_name == serving.backend:
+        return []
+    if serving.backend != "emulation" and \
+            _relative_efficiency(fmt, serving.backend, ctx.hardware) >= best.relative_efficiency:
+        return []
+    moe = inventory.shape.num_experts and best.moe_backend
+    flags = " ".join(filter(None, [f"--linear-backend {best.linear_backend}" if best.linear_backend else "",
+                                   f"--moe-backend {best.moe_backend}" if moe else ""]))
+    evidence = ctx.evidence.get("backend", f"{format_label(fmt)} runs on {serving.backend}")
+    return [Fix("kernel_backend", evidence, {"flag": flags.split(" ", 1)[0], "backend": flags.split(" ", 1)[1]},
+                lambda inv, s: (inv, replace(s, backend=best_name)))]
+
+
+def break_even_acceptance(inventory: Inventory, hardware: Hardware, serving: Serving) -> float | None:
+    """The per-draft-token acceptance at which speculation neither gains nor loses; 0.0 when it
+    gains at any acceptance (a draft that reads no weights), None when it never pays."""
+    plain = predict(inventory, hardware, replace(serving, speculative_tokens=0, acceptance=0.0)).tok_s
+
+    def gain(a: float) -> float:
+        return predict(inventory, hardware, replace(serving, acceptance=a)).tok_s - plain
+    if gain(0.0) >= 0:
+        return 0.0
+    if gain(0.999) < 0:
+        return None
+    low, high = 0.0, 0.999
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (mid, high) if gain(mid) < 0 else (low, mid)
+    return high
+
+
+def vllm_acceptance(per_token: float, draft_tokens: int) -> float:
+    """Per-token chance -> vLLM's acceptance rate (accepted / draft tokens)."""
+    if draft_tokens <= 0:
+        return 0.0
+    return sum(per_token ** i for i in range(1, draft_tokens + 1)) / draft_tokens
+
+
+def _speculation(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
+    if not serving.speculative_tokens:
+        return []
+    even = break_even_acceptance(inventory, ctx.hardware, serving)
+    if even is not None and serving.acceptance >= even:
+        return []
+    n = serving.speculative_tokens
+    fields = {"acceptance": vllm_acceptance(serving.acceptance, n),
+              "break_even": vllm_acceptance(even, n) if even is not None else 1.0}
+    return [Fix("speculative_below_break_even", ctx.evidence.get("speculative", f"{n} draft tokens"), fields,
+                lambda inv, s: (inv, replace(s, speculative_tokens=0, acceptance=0.0)))]
+
+
+FINDERS = (_graphs, _backend, _residuals, _kv_dtype, _speculation)
+
+
+def _fix_text(fix: Fix) -> str:
+    return _table()["cause"][fix.id]["fix"].format(**fix.fields)
+
+
+def _tok_s_after(fix: Fix, inventory: Inventory, serving: Serving, hardware: Hardware) -> float:
+    fixed_inventory, fixed_serving = fix.apply(inventory, serving)
+    return predict(fixed_inventory, hardware, fixed_serving).tok_s
+
+
+def diagnose(inventory: Inventory, hardware: Hardware, serving: Serving, measured_tok_s: float | None,
+             ctx: Context) -> Diagnosis:
+    here = predict(inventory, hardware, serving)
+    fixes = [fix for finder in FINDERS for fix in finder(inventory, serving, ctx)]
+    alone = {id(fix): _tok_s_after(fix, inventory, serving, hardware) - here.tok_s for fix in fixes}
+    fixes = [fix for fix in fixes if alone[id(fix)] > 0]
+    fixes.sort(key=lambda fix: -alone[id(fix)])
+    causes, inv, cfg, tok_s = [], inventory, serving, here.tok_s
+    for fix in fixes:
+        inv, cfg = fix.apply(inv, cfg)
+        after = predict(inv, hardware, cfg)
+        causes.append(Cause(fix.id, "configuration", fix.evidence, _fix_text(fix), after.tok_s - tok_s,
+                            alone[id(fix)]))
+        tok_s = after.tok_s
+    best = predict(inv, hardware, cfg)
+    at_roof = _table()["verdict"]["at_roof"]
+    if measured_tok_s is None:
+        verdict = "not measured: the prediction and the causes stand on what the server reported"
+    elif measured_tok_s >= at_roof * here.tok_s:
+        lift = causes[0] if causes else None
+        verdict = (f"at its roof: measured {measured_tok_s:.1f} tok/s is {100 * measured_tok_s / here.tok_s:.0f}% "
+                   f"of the {here.tok_s:.1f} tok/s this configuration allows; "
+                   + (f"the roof itself rises with: {lift.fix} (+{lift.expected_gain_tok_s:.1f} tok/s)" if lift
+                      else "no configuration change lifts it: only fewer bytes per token (another checkpoint) or "
+                           "faster memory would"))
+    else:
+        verdict = (f"below its roof: measured {measured_tok_s:.1f} tok/s is {100 * measured_tok_s / here.tok_s:.0f}% "
+                   f"of the {here.tok_s:.1f} tok/s this configuration allows")
+    if measured_tok_s is not None and measured_tok_s < at_roof * here.tok_s:
+        causes.append(Cause("engine_gap", "measurement", ctx.evidence.get("gap", "bench"),
+                            _table()["cause"]["engine_gap"]["fix"].format(advice=ctx.evidence.get(
+                                "gap_advice", "the engine loses time outside the modelled reads: check other load "
+                                "on the server and its log, or calibrate this host (roofline calibrate)")),
+                            here.tok_s - measured_tok_s, here.tok_s - measured_tok_s))
+    return Diagnosis(predicted_tok_s=here.tok_s, best_tok_s=best.tok_s, measured_tok_s=measured_tok_s,
+                     bytes_per_token=here.bytes_per_token, best_bytes_per_token=best.bytes_per_token,
+                     causes=causes, verdict=verdict, timing=here.timing, traffic=here.traffic)
+
+
+def vllm_estimate_misses(inventory: Inventory, traffic: Traffic) -> list[str]:
+    """What vLLM's --enable-mfu-metrics estimator cannot see: it sizes every weight by one byte
+    count per quantization method (vllm/v1/metrics/perf.py _QUANT_WEIGHT_BYTE_SIZE) and knows no
+    ignore list, so modules stored in another format than the main one are mis-sized there."""
+    fmt = main_format(inventory)
+    if fmt is None:
+        return []
+    odd: dict[str, float] = {}
+    for module, moved in zip(inventory.modules, traffic.modules):
+        if module.format != fmt and module.params and moved.bytes_per_token:
+            key = f"{short_label(module.name)} ({format_label(module.format)})"
+            odd[key] = odd.get(key, 0.0) + moved.bytes_per_token
+    ranked = sorted(odd.items(), key=lambda item: -item[1])
+    return [f"{label}: {per_token / 1e9:.3g} GB/token in another format than {format_label(fmt)}"
+            for label, per_token in ranked[:5]]

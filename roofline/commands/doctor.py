@@ -1,0 +1,98 @@
+"""roofline doctor --url URL [MODEL] [--capture FILE]"""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from roofline.errors import RooflineError
+
+from . import types
+
+EPILOG = ("Exit codes: 0 diagnosed; 1 nothing to diagnose (server or checkpoint unreadable); 2 bad usage; "
+          "3 partial (printed, but on less than was asked for: no /metrics, other metric names, a bench that "
+          "failed or a server that stopped mid-bench).")
+
+
+@click.command(name="doctor", epilog=EPILOG)
+@click.argument("model", required=False)
+@click.option("--url", default=None, help="API base of the vLLM server, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--served-model", default=None, help="Served model name (default: the only one the server lists).")
+@click.option("--capture", "capture_path", type=click.Path(dir_okay=False), default=None,
+              help="The capture file the server's roofline plugin wrote at load time "
+                   "(ROOFLINE_CAPTURE=FILE when starting vLLM): kernels, graph mode, TP, speculation.")
+@click.option("--hardware", "hardware_name", default="gb10", show_default=True,
+              help="The server's hardware, from the catalogue or a `calibrate --save` entry.")
+@click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s.")
+@click.option("--context", type=types.CONTEXT_TOKENS, default=1024, show_default=True,
+              help="Tokens in the KV cache when nothing is measured (a bench sets it from its requests).")
+@click.option("--max-tokens", type=types.DECODE_TOKENS, default=128, show_default=True, help="Tokens decoded per bench request.")
+@click.option("--runs", type=types.RUNS, default=3, show_default=True, help="Measured single-stream requests.")
+@click.option("--warmup", type=types.WARMUP, default=1, show_default=True, help="Unmeasured requests first.")
+@click.option("--timeout", "timeout_s", type=types.SECONDS, default=60.0, show_default=True,
+              help="Seconds per HTTP request (and per streamed completion).")
+@click.option("--no-bench", is_flag=True, help="Do not measure: diagnose from what the server reports.")
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON (schema roofline.doctor/1).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Add a doctor section to this HTML report, or write one (with the audit of the served checkpoint).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+def command(model, url, served_model, capture_path, hardware_name, bandwidth, context, max_tokens, runs, warmup,
+            timeout_s, no_bench, as_json, html_path, quiet):
+    """Why a running vLLM server decodes below its roof: reads what the server says about itself
+    (/v1/models, /version, /metrics, and the plugin's capture file), measures single-stream decode,
+    predicts what this configuration and the best configuration of the same weights reach, and
+    ranks the causes with the tok/s each fix gains."""
+    from roofline.advise.doctor import Context, diagnose
+    from roofline.live.bench import BenchConfig, split_url
+    from roofline.live.doctor import observe
+    from roofline.predict.hardware import get_hardware
+    from roofline.render.doctor import doctor_json, render_doctor
+
+    if not url and not capture_path:
+        raise RooflineError("give --url (the server's API base, e.g. http://127.0.0.1:8000/v1) or --capture FILE")
+    if url:
+        split_url(url)
+    hardware = get_hardware(hardware_name, bandwidth)
+    progress = None if (quiet or as_json) else (lambda message: click.echo(message, err=True))
+    bench = None
+    if url and not no_bench:
+        bench = BenchConfig(url=url, model=served_model, max_tokens=max_tokens, runs=runs, warmup=warmup,
+                            timeout_s=timeout_s).validate()
+    obs = observe(url=url, served_model=served_model, model=model, capture_path=capture_path, bench=bench,
+                  context=context, timeout_s=timeout_s, progress=progress)
+    measured = obs.bench.decode.median if obs.bench is not None and obs.bench.decode else None
+    ctx = Context(hardware=hardware, evidence=obs.evidence, kv_fp8_supported=_kv_fp8_supported(obs, hardware))
+    diagnosis = diagnose(obs.inventory, hardware, obs.serving, measured, ctx)
+    payload = doctor_json(obs, diagnosis, hardware)
+    if as_json:
+        json.dump(payload, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        click.echo(render_doctor(payload))
+    if html_path:
+        from roofline.audit import run_audit
+        from roofline.reports import update_report
+
+        audit = run_audit(obs.inventory, obs.serving.scenario(), hardware)
+        update_report(html_path, audit, doctor=payload)
+        if not as_json:
+            click.echo(f"report: {html_path}")
+    for line in obs.problems:
+        click.echo(f"partial: {line}", err=True)
+    if obs.problems:
+        raise click.exceptions.Exit(3)
+
+
+def _kv_fp8_supported(obs, hardware) -> bool:
+    """fp8 KV needs FP8 support: a GPU with FP8 (hardware.toml tensor formats) or, on a CPU server,
+    vLLM's CPU backend with AVX-512 / AMX (it refuses fp8 KV otherwise) - a CPU entry stands for the
+    host the calibration ran on, so its flags are this machine's."""
+    if hardware.host == "cpu":
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as fh:
+                flags = fh.read()
+        except OSError:
+            return False
+        return "avx512f" in flags or "amx_tile" in flags
+    return hardware.supports("fp8")

@@ -1,0 +1,222 @@
+"""The live half of `roofline doctor`: look at a running server and measure it.
+
+observe() gathers, in this order, what the diagnosis stands on:
+1. the server's own facts over HTTP (roofline.live.server_facts): model, max_model_len, version,
+   the KV cache config and counters from /metrics;
+2. the capture file the roofline plugin wrote inside that server at load time (`--capture`), when
+   there is one: the inventory as vLLM loaded it, the kernels it chose, graph mode, TP, speculation;
+   otherwise the checkpoint (MODEL, or the path / hub id the server says it loaded);
+3. a measured single-stream decode (roofline.live.bench), with /metrics read before and after to
+   cross-check the generated tokens and to read the speculative-decoding and (with
+   --enable-mfu-metrics) vLLM's own bytes estimate over exactly that window;
+4. the serving configuration (roofline.predict.serving.Serving) with where each part was seen
+   (`evidence`) and what could not be seen (`unseen`).
+Nothing here predicts: roofline.advise.doctor does.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+from roofline.audit import load_inventory
+from roofline.errors import RooflineError
+from roofline.model.inventory import Inventory
+from roofline.predict.serving import KV_DTYPES, Serving, backend_in_use, backend_of, main_format
+from roofline.sources.capture import inventory_from_capture_data, load_capture
+from roofline.sources.hub import looks_like_repo_id
+
+from .bench import BenchConfig, BenchResult, run_bench
+from .server_facts import Metrics, ServerFacts, fetch_metrics, probe_server
+
+
+@dataclass
+class Observation:
+    facts: ServerFacts | None  # None: no --url (a capture alone)
+    engine: dict  # rank 0's engine facts from the capture ({} without one)
+    inventory: Inventory
+    inventory_source: str
+    serving: Serving
+    bench: BenchResult | None = None
+    counters: dict = field(default_factory=dict)  # server counter differences over the bench
+    speculative: dict | None = None  # {method, num_draft, acceptance_rate} (vLLM's definition)
+    graph_mode: str | None = None
+    evidence: dict = field(default_factory=dict)
+    unseen: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # what made the diagnosis partial, one line each
+    notes: list[str] = field(default_factory=list)
+
+
+def _engine_facts(capture: dict) -> dict:
+    ranks = sorted(capture["ranks"], key=lambda r: int(r.get("rank") or 0))
+    return {k: v for k, v in ranks[0].items() if k not in ("modules", "aliases", "hf_config")}
+
+
+def _inventory(model: str | None, capture_path: str | None, facts: ServerFacts | None,
+               capture: dict | None) -> tuple[Inventory, str]:
+    if capture is not None:
+        return inventory_from_capture_data(capture, where=capture_path), f"capture {capture_path}"
+    if model:
+        return load_inventory(model), f"checkpoint {model}"
+    root = facts.root if facts else None
+    if root and (os.path.isdir(root) or (looks_like_repo_id(root) and not os.path.isabs(root))):
+        return load_inventory(root), f"checkpoint {root} (the path the server says it loaded)"
+    raise RooflineError("doctor needs the checkpoint: give MODEL (a folder or hub id) or --capture FILE"
+                        + (f"; the server loaded {root!r}, which is not a folder here" if root else ""))
+
+
+def _delta(before: Metrics | None, after: Metrics | None, key: str) -> float | None:
+    if before is None or after is None:
+        return None
+    a, b = after.total(key), before.total(key)
+    return None if a is None or b is None else a - b
+
+
+def _graphs(engine: dict) -> tuple[bool | None, str | None]:
+    """(CUDA graphs on, the mode's name) from the capture's engine facts."""
+    if not engine:
+        return None, None
+    mode = engine.get("cudagraph_mode")
+    if engine.get("enforce_eager"):
+        return False, "eager (--enforce-eager)"
+    if mode is None:
+        return None, None
+    return str(mode).upper() != "NONE", str(mode)
+
+
+def observe(*, url: str | None, served_model: str | None, model: str | None, capture_path: str | None,
+            bench: BenchConfig | None, context: int, timeout_s: float, progress=None) -> Observation:
+    say = progress or (lambda message: None)
+    facts = probe_server(url, served_model, timeout_s) if url else None
+    capture = load_capture(capture_path) if capture_path else None
+    engine = _engine_facts(capture) if capture else {}
+    inventory, source = _inventory(model, capture_path, facts, capture)
+    obs = Observation(facts=facts, engine=engine, inventory=inventory, inventory_source=source, serving=Serving())
+    if facts:
+        obs.problems += facts.problems
+        obs.unseen += facts.unseen
+    if engine and facts and facts.root and engine.get("model") and \
+            os.path.basename(str(engine["model"]).rstrip("/")) != os.path.basename(facts.root.rstrip("/")):
+        obs.problems.append(f"the capture is of {engine['model']!r} but the server loaded {facts.root!r}: "
+                            "give the capture this server wrote")
+
+    # measure, with the server's counters on both sides of the window
+    before = facts.metrics if facts else None
+    after = None
+    if url and bench is not None:
+        say(f"measuring single-stream decode of {facts.model} ({bench.runs} runs of {bench.max_tokens} tokens)")
+        try:
+            obs.bench = run_bench(replace(bench, model=facts.model))
+        except RooflineError as exc:
+            obs.problems.append(f"bench failed: {exc}")
+        if obs.bench is not None and len(obs.bench.completed) < len(obs.bench.runs):
+            failed = [r for r in obs.bench.runs if not r.ok]
+            obs.problems.append(f"{len(failed)} of {len(obs.bench.runs)} bench runs failed ({failed[0].error}); "
+                                "measured tok/s is over the runs that completed")
+        if before is not None:
+            try:
+                after = fetch_metrics(url, facts.model, timeout_s)
+            except RooflineError as exc:
+                obs.problems.append(f"/metrics after the bench: {exc} (did the server stop?)")
+    _counters(obs, before, after)
+    _serving(obs, context)
+    return obs
+
+
+def _counters(obs: Observation, before: Metrics | None, after: Metrics | None) -> None:
+    generated = _delta(before, after, "generation_tokens")
+    if obs.bench is not None and generated is not None:
+        counted = obs.bench.warmup_tokens + sum(r.completion_tokens for r in obs.bench.runs)
+        obs.counters["generation_tokens"] = {"server": int(generated), "bench": counted}
+        if int(generated) != counted:
+            obs.notes.append(f"the server generated {int(generated)} tokens during the bench, the bench received "
+                             f"{counted}: another client was using the server (or a run broke off)")
+    for key in ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens"):
+        value = _delta(before, after, key)
+        if value is not None:
+            obs.counters[key] = int(value)
+    read = _delta(before, after, "estimated_read_bytes")
+    if read is not None and generated:
+        obs.counters["vllm_estimated_read_bytes_per_token"] = read / generated
+    elif obs.facts and obs.facts.metrics is not None and obs.facts.metrics.total("estimated_read_bytes") is None:
+        obs.unseen.append("vLLM's own bytes estimate (start the server with --enable-mfu-metrics)")
+    running = after.total("running") if after is not None else None
+    if running:
+        obs.notes.append(f"{int(running)} request(s) still running on the server after the bench: other load")
+
+
+def _serving(obs: Observation, context: int) -> None:
+    """The Serving the prediction is made for, and where each part of it was seen."""
+    facts, engine, evidence = obs.facts, obs.engine, obs.evidence
+    if obs.bench is not None and obs.bench.mean_context is not None:
+        context = obs.bench.mean_context
+        evidence["context"] = f"bench: {obs.bench.prompt_tokens} prompt + {obs.bench.completion_tokens} // 2 tokens"
+
+    kv_name, kv_where = None, None
+    if facts and facts.kv_cache_dtype:
+        kv_name, kv_where = facts.kv_cache_dtype, "metrics: vllm:cache_config_info cache_dtype"
+    elif engine.get("kv_cache_dtype"):
+        kv_name, kv_where = engine["kv_cache_dtype"], "capture: cache_config.cache_dtype"
+    kv = KV_DTYPES.get(kv_name or "auto")
+    if kv_name is None:
+        obs.unseen.append("KV cache dtype (assumed vLLM's default, auto)")
+    elif kv is None:
+        obs.unseen.append(f"KV cache dtype {kv_name!r} is not modelled (counted as the model dtype)")
+    else:
+        evidence["kv_cache_dtype"] = f"{kv_where}={kv_name}"
+
+    graphs, mode = _graphs(engine)
+    obs.graph_mode = mode
+    if graphs is None:
+        obs.unseen.append("graph mode (only a capture shows it; assumed CUDA graphs on, vLLM's default)")
+    else:
+        evidence["graphs"] = f"capture: cudagraph_mode={engine.get('cudagraph_mode')}, enforce_eager={bool(engine.get('enforce_eager'))}"
+
+    tp = int(engine.get("tp_size") or 1) if engine else 1
+    if not engine:
+        obs.unseen.append("tensor-parallel size (only a capture shows it; assumed 1)")
+
+    backend = backend_in_use(obs.inventory) if engine else None
+    if backend:
+        kernels = sorted({m.kernel for m in obs.inventory.modules if m.kernel and backend_of(m.kernel) == backend})
+        evidence["backend"] = f"capture: {kernels[0]}" + (f" (+{len(kernels) - 1} more)" if len(kernels) > 1 else "")
+    elif engine and main_format(obs.inventory):
+        obs.unseen.append("GEMM backend (the capture names no kernel for the main format)")
+    elif not engine and main_format(obs.inventory):
+        obs.unseen.append("GEMM backend (only a capture shows it; assumed vLLM's default for the device)")
+
+    spec_tokens, acceptance = 0, 0.0
+    spec = engine.get("speculative") if engine else None
+    drafts, draft_tokens, accepted = (obs.counters.get(k) for k in ("spec_drafts", "spec_draft_tokens",
+                                                                      "spec_accepted_tokens"))
+    if spec and spec.get("num_speculative_tokens"):
+        spec_tokens = int(spec["num_speculative_tokens"])
+    elif drafts and draft_tokens:
+        spec_tokens = round(draft_tokens / drafts)
+    if spec_tokens:
+        method = (spec or {}).get("method")
+        rate = accepted / draft_tokens if draft_tokens else None
+        obs.speculative = {"method": method, "num_draft": spec_tokens, "acceptance_rate": rate}
+        if drafts:
+            acceptance = per_token_acceptance(accepted / drafts, spec_tokens)
+            evidence["speculative"] = (f"metrics: {accepted} of {draft_tokens} draft tokens accepted "
+                                       f"({100 * rate:.0f}%) over {drafts} drafts of {spec_tokens}"
+                                       + (f", method {method}" if method else ""))
+        else:
+            acceptance = 0.7
+            obs.unseen.append("speculative acceptance (no drafts counted during the bench; assumed 0.7 per token)")
+    obs.serving = Serving(kv_cache_dtype=kv or "auto", context=context, speculative_tokens=spec_tokens,
+                          acceptance=acceptance, graphs=graphs if graphs is not None else True, tp=tp,
+                          backend=backend)
+    evidence["inventory"] = obs.inventory_source
+
+
+def per_token_acceptance(accepted_per_draft: float, draft_tokens: int) -> float:
+    """vLLM's mean accepted tokens per draft -> the per-token chance a with a + ... + a^n equal to it
+    (the traffic model's speculation: each draft token accepted with chance a, stopping at the first
+    rejection)."""
+    target = min(max(accepted_per_draft, 0.0), float(draft_tokens))
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if sum(mid ** i for i in range(1, draft_tokens + 1)) < target else (low, mid)
+    return low

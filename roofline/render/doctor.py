@@ -1,0 +1,116 @@
+"""`roofline doctor`: the result as JSON (schema roofline.doctor/1) and as terminal text made
+from that JSON, so the two never say different things."""
+from __future__ import annotations
+
+from roofline import __version__
+from roofline.advise.doctor import Diagnosis, vllm_estimate_misses
+from roofline.live.doctor import Observation
+from roofline.predict.hardware import Hardware
+
+from .text import text_table
+
+SCHEMA = "roofline.doctor/1"
+
+EXIT_CODES = {0: "diagnosed: everything asked for was seen and measured",
+              1: "nothing to diagnose: the server or the checkpoint could not be read (one line says why)",
+              2: "bad usage: an option out of range, a missing argument",
+              3: "partial: the diagnosis printed stands on less than was asked for (see `problems`)"}
+
+
+def doctor_json(obs: Observation, diagnosis: Diagnosis, hardware: Hardware) -> dict:
+    facts, engine, serving = obs.facts, obs.engine, obs.serving
+    bench = obs.bench
+    measured = bench.decode.median if bench is not None and bench.decode else None
+    estimate = None
+    per_token = obs.counters.get("vllm_estimated_read_bytes_per_token")
+    if per_token is not None:
+        estimate = {"vllm_read_bytes_per_token": per_token, "roofline_bytes_per_token": diagnosis.bytes_per_token,
+                    "ratio": per_token / diagnosis.bytes_per_token if diagnosis.bytes_per_token else None,
+                    "note": "vLLM's counter covers the bench's prefill steps too, and sizes every weight by one "
+                            "byte count per quantization method",
+                    "misses": vllm_estimate_misses(obs.inventory, diagnosis.traffic)}
+    return {
+        "schema": SCHEMA,
+        "roofline_version": __version__,
+        "url": facts.url if facts else None,
+        "hardware": {"key": hardware.key, "name": hardware.name, "bandwidth_gbps": hardware.bandwidth_gbps,
+                     "bandwidth_source": hardware.bandwidth_source},
+        "inventory_source": obs.inventory_source,
+        "server": {
+            "model": facts.model if facts else engine.get("model"),
+            "version": facts.version if facts else engine.get("vllm_version"),
+            "max_model_len": facts.max_model_len if facts else engine.get("max_model_len"),
+            "kv_cache_dtype": (facts.kv_cache_dtype if facts else None) or engine.get("kv_cache_dtype"),
+            "block_size": (facts.block_size if facts else None) or engine.get("block_size"),
+            "num_kv_blocks": facts.num_kv_blocks if facts else None,
+            "kv_cache_tokens": facts.kv_cache_tokens if facts else None,
+            "speculative": obs.speculative,
+            "graph_mode": obs.graph_mode,
+            "tp": int(engine["tp_size"]) if engine.get("tp_size") else None,
+        },
+        "serving_modelled": {"kv_cache_dtype": serving.kv_cache_dtype, "context": serving.context,
+                             "speculative_tokens": serving.speculative_tokens,
+                             "acceptance_per_token": serving.acceptance, "cuda_graphs": serving.graphs,
+                             "tp": serving.tp, "backend": serving.backend},
+        "measured_tok_s": measured,
+        "predicted_tok_s": diagnosis.predicted_tok_s,
+        "best_tok_s": diagnosis.best_tok_s,
+        "bytes_per_token": diagnosis.bytes_per_token,
+        "best_bytes_per_token": diagnosis.best_bytes_per_token,
+        "timing": diagnosis.timing,
+        "verdict": diagnosis.verdict,
+        "causes": [cause.to_json() for cause in diagnosis.causes],
+        "unseen": list(dict.fromkeys(obs.unseen)),
+        "problems": list(obs.problems),
+        "notes": list(obs.notes) + list(diagnosis.notes),
+        "evidence": dict(obs.evidence),
+        "counters": dict(obs.counters),
+        "vllm_estimate": estimate,
+        "bench": None if bench is None else {
+            "runs": len(bench.runs), "completed": len(bench.completed),
+            "decode_tok_s": None if not bench.decode else {"median": bench.decode.median, "min": bench.decode.min,
+                                                          "max": bench.decode.max},
+            "prompt_tokens": bench.prompt_tokens, "completion_tokens": bench.completion_tokens,
+            "mean_context": bench.mean_context},
+    }
+
+
+def _tok_s(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def render_doctor(payload: dict) -> str:
+    server = payload["server"]
+    spec = server.get("speculative")
+    lines = [f"doctor: {server.get('model')} at {payload.get('url') or '(no server: capture only)'}"
+             f" on {payload['hardware']['name']} ({payload['hardware']['bandwidth_gbps']:g} GB/s)"]
+    config = [f"KV {server.get('kv_cache_dtype') or '?'}",
+              f"block {server.get('block_size') or '?'}",
+              f"{server['num_kv_blocks']} blocks" if server.get("num_kv_blocks") is not None else None,
+              f"max_model_len {server.get('max_model_len') or '?'}",
+              f"graphs {server.get('graph_mode') or '?'}",
+              f"TP {server.get('tp') or '?'}",
+              (f"speculative {spec['num_draft']} ({spec.get('method') or '?'}, acceptance "
+               f"{'?' if spec.get('acceptance_rate') is None else format(spec['acceptance_rate'], '.2f')})")
+              if spec else "no speculation"]
+    lines.append("  server: " + ", ".join(c for c in config if c))
+    lines.append(f"  measured {_tok_s(payload['measured_tok_s'])} tok/s | this configuration "
+                 f"{_tok_s(payload['predicted_tok_s'])} tok/s ({payload['timing']}) | best configuration "
+                 f"{_tok_s(payload['best_tok_s'])} tok/s")
+    lines.append(f"  {payload['verdict']}")
+    if payload["causes"]:
+        rows = [[str(i), c["id"], f"+{c['expected_gain_tok_s']:.1f}" if c["kind"] == "configuration"
+                 else f"({c['expected_gain_tok_s']:.1f})", c["fix"], c["evidence"]]
+                for i, c in enumerate(payload["causes"], 1)]
+        lines.append("")
+        lines += ["  " + line for line in text_table([["#", "cause", "tok/s", "fix", "evidence"], *rows], right={0, 2})]
+    else:
+        lines.append("  no configuration cause found")
+    estimate = payload.get("vllm_estimate")
+    if estimate:
+        lines.append(f"  vLLM's own estimate: {estimate['vllm_read_bytes_per_token'] / 1e6:.3g} MB/token read vs "
+                     f"roofline {estimate['roofline_bytes_per_token'] / 1e6:.3g} MB/token")
+        lines += [f"    vLLM's estimator misses {line}" for line in estimate["misses"]]
+    for title, key in (("could not see", "unseen"), ("partial", "problems"), ("note", "notes")):
+        lines += [f"  {title}: {line}" for line in payload.get(key) or []]
+    return "\n".join(lines)
