@@ -31,6 +31,7 @@ def _set_kernel_choice(kind: str) -> None:
     import importlib
 
     import vllm.model_executor.kernels.linear as linear
+    from test_vllm_oracle import NVFP4_SELECTORS
     from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
 
     kernel_cls = getattr(linear, LINEAR[kind])
@@ -42,14 +43,7 @@ def _set_kernel_choice(kind: str) -> None:
     def moe_backend(*args, **kwargs):
         return backend, None
 
-    targets = {
-        "vllm.model_executor.layers.quantization.modelopt": ("init_nvfp4_linear_kernel", "select_nvfp4_moe_backend"),
-        "vllm.model_executor.layers.quantization.compressed_tensors.schemes.compressed_tensors_w4a4_nvfp4":
-            ("init_nvfp4_linear_kernel",),
-        "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
-        "compressed_tensors_moe_w4a4_nvfp4": ("select_nvfp4_moe_backend",),
-    }
-    for module_name, names in targets.items():
+    for module_name, names in NVFP4_SELECTORS.items():
         module = importlib.import_module(module_name)
         for name in names:
             if hasattr(module, name):

