@@ -24,13 +24,13 @@ __all__ = ["render_report", "write_audit_report", "add_to_report", "read_report_
 
 
 def render_report(audit_json: dict, plan_json=None, validation_rows=None, cdn: bool = False, compare_json=None,
-                  doctor_json=None) -> str:
+                  doctor_json=None, capacity_json=None) -> str:
     """HTML of the report. plan_json: `roofline plan --json` output (an object holding ranked
     rows, or the list of rows); validation_rows: predicted-vs-measured records (a list of
     objects). Sections without data are left out."""
-    data = report_data(audit_json, plan_json, validation_rows, compare_json, doctor_json)
+    data = report_data(audit_json, plan_json, validation_rows, compare_json, doctor_json, capacity_json)
     embedded = {"audit": audit_json, "plan": plan_json, "validation": validation_rows, "compare": compare_json,
-                "doctor": doctor_json, "cdn": bool(cdn)}
+                "doctor": doctor_json, "capacity": capacity_json, "cdn": bool(cdn)}
     return render_page(data, cdn=cdn, embedded=embedded)
 
 
@@ -43,10 +43,11 @@ def _audit_json(result) -> dict:
     return to_json()
 
 
-def write_audit_report(result, path, cdn: bool = False, plan=None, validation=None, compare=None, doctor=None) -> int:
+def write_audit_report(result, path, cdn: bool = False, plan=None, validation=None, compare=None, doctor=None,
+                       capacity=None) -> int:
     """Write the report for an AuditResult (or its to_json() dict) to path; returns its size."""
     return _write(path, render_report(_audit_json(result), plan, validation, cdn=cdn, compare_json=compare,
-                                      doctor_json=doctor))
+                                      doctor_json=doctor, capacity_json=capacity))
 
 
 def read_report_data(path) -> dict:
@@ -68,7 +69,8 @@ def read_report_data(path) -> dict:
     return data
 
 
-def add_to_report(path, plan=None, validation=None, cdn: bool | None = None, compare=None, doctor=None) -> int:
+def add_to_report(path, plan=None, validation=None, cdn: bool | None = None, compare=None, doctor=None,
+                  capacity=None) -> int:
     """Add (or replace) the plan and/or validation sections of an existing report, keeping
     what it had. Validation rows are appended to those already there."""
     data = read_report_data(path)
@@ -80,18 +82,23 @@ def add_to_report(path, plan=None, validation=None, cdn: bool | None = None, com
         data["compare"] = compare
     if doctor is not None:
         data["doctor"] = doctor
+    if capacity is not None:
+        data["capacity"] = capacity
     use_cdn = bool(data.get("cdn")) if cdn is None else cdn
     return _write(path, render_report(data["audit"], data.get("plan"), data.get("validation"), cdn=use_cdn,
-                                      compare_json=data.get("compare"), doctor_json=data.get("doctor")))
+                                      compare_json=data.get("compare"), doctor_json=data.get("doctor"),
+                                      capacity_json=data.get("capacity")))
 
 
-def update_report(path, audit, *, plan=None, validation=None, compare=None, doctor=None, cdn: bool = False) -> int:
-    """What `plan --html`, `validate --html`, `compare --html` and `doctor --html` do: add their section to the
+def update_report(path, audit, *, plan=None, validation=None, compare=None, doctor=None, capacity=None,
+                  cdn: bool = False) -> int:
+    """What `plan --html`, `validate --html`, `compare --html` and `doctor --html` and `capacity --html` do: add their section to the
     report already at path (an earlier `audit --html`), or write a new report of `audit` with it."""
     if os.path.isfile(path):
         read_report_data(path)  # a file that is not a roofline report is an error, not overwritten
-        return add_to_report(path, plan=plan, validation=validation, compare=compare, doctor=doctor)
-    return write_audit_report(audit, path, cdn=cdn, plan=plan, validation=validation, compare=compare, doctor=doctor)
+        return add_to_report(path, plan=plan, validation=validation, compare=compare, doctor=doctor, capacity=capacity)
+    return write_audit_report(audit, path, cdn=cdn, plan=plan, validation=validation, compare=compare, doctor=doctor,
+                              capacity=capacity)
 
 
 def _write(path, page: str) -> int:

@@ -301,3 +301,28 @@ def doctor_chart(data: ReportData):
     _layout(fig, "Single-stream tok/s: this configuration, each fix, the best configuration", 420)
     fig.update_yaxes(title_text="tok/s", gridcolor="#eee")
     return fig
+
+
+def capacity_chart(data: ReportData):
+    """Aggregate and per-stream tok/s against concurrency, the single-stream ceiling, the knee marked."""
+    import plotly.graph_objects as go
+
+    cap = data.capacity or {}
+    points = [p for p in cap.get("curve") or [] if isinstance(p, dict)]
+    x = [first_number(p, "concurrency") for p in points]
+    fig = go.Figure()
+    fig.add_scatter(x=x, y=[first_number(p, "aggregate_tok_s") for p in points], mode="lines+markers",
+                    name="aggregate tok/s", customdata=[text(p.get("bound")) for p in points],
+                    hovertemplate="concurrency %{x}: %{y:.1f} tok/s (%{customdata}-bound)<extra></extra>")
+    fig.add_scatter(x=x, y=[first_number(p, "per_stream_tok_s") for p in points], mode="lines+markers",
+                    name="per stream tok/s", hovertemplate="concurrency %{x}: %{y:.1f} tok/s per stream<extra></extra>")
+    ceiling = first_number(data.audit, "ceiling_tok_s")
+    if ceiling:
+        fig.add_hline(y=ceiling, line_dash="dot", annotation_text="single-stream bandwidth ceiling")
+    knee = first_number(cap, "knee_concurrency")
+    if knee:
+        fig.add_vline(x=knee, line_dash="dash", annotation_text="knee: compute-bound from here")
+    _layout(fig, "Decode tok/s against concurrency", 420)
+    fig.update_xaxes(type="log", title_text="concurrent requests")
+    fig.update_yaxes(type="log", title_text="tok/s", gridcolor="#eee")
+    return fig

@@ -355,6 +355,31 @@ def doctor_section(data: ReportData, figure) -> str:
             + (f"<h3>Partial</h3><ul>{problems}</ul>" if problems else "") + "</section>")
 
 
+def capacity_section(data: ReportData, figure) -> str:
+    """`roofline capacity`: the KV cache as vLLM sizes it and the decode curve."""
+    cap = data.capacity
+    if not cap:
+        return ""
+    kv = cap.get("kv_cache") or {}
+    terms = "".join(f"<li>{esc(name)}: <b>{esc(human_bytes(t.get('bytes') or 0))}</b> ({esc(t.get('kind'))}: "
+                    f"{esc(t.get('source'))})</li>" for name, t in (cap.get("memory_terms") or {}).items()
+                    if isinstance(t, dict))
+    columns = [("concurrency", "num"), ("step ms", "num"), ("aggregate tok/s", "num"), ("per stream tok/s", "num"),
+               ("bound", "text"), ("fits", "text")]
+    rows = [[(str(p.get("concurrency")), p.get("concurrency")), (charts.format_tok_s(p.get("step_ms")), p.get("step_ms")),
+             (charts.format_tok_s(p.get("aggregate_tok_s")), p.get("aggregate_tok_s")),
+             (charts.format_tok_s(p.get("per_stream_tok_s")), p.get("per_stream_tok_s")),
+             (p.get("bound"), p.get("bound")), ("yes" if p.get("fits") else "no", p.get("fits"))]
+            for p in cap.get("curve") or [] if isinstance(p, dict)]
+    return ('<section id="capacity"><h2>Capacity and concurrency</h2>'
+            f'<p>{esc(cap.get("verdict"))}</p>'
+            f'<p>KV cache size: <b>{esc(kv.get("tokens"))}</b> tokens, maximum concurrency for '
+            f'{esc(kv.get("max_model_len"))} tokens per request: <b>{esc(kv.get("max_concurrency"))}</b>x '
+            '(the two numbers vLLM logs at start-up).</p>'
+            f'<ul class="facts">{terms}</ul><div class="chart">{figure}</div>'
+            + sortable_table("capacity-table", columns, rows) + "</section>")
+
+
 def validation_section(data: ReportData) -> str:
     if not data.validation_rows:
         return ""
@@ -389,6 +414,8 @@ def render_page(data: ReportData, cdn: bool, embedded: dict) -> str:
         figures["chart-compare"] = charts.compare_chart(data)
     if data.doctor:
         figures["chart-doctor"] = charts.doctor_chart(data)
+    if data.capacity:
+        figures["chart-capacity"] = charts.capacity_chart(data)
     divs = {key: figure_div(fig, key) for key, fig in figures.items()}
     model = str(a.get("model", "model"))
     body = f"""
@@ -414,6 +441,7 @@ def render_page(data: ReportData, cdn: bool, embedded: dict) -> str:
 {plan_section(data, divs.get('chart-plan', ''))}
 {compare_section(data, divs.get('chart-compare', ''))}
 {doctor_section(data, divs.get('chart-doctor', ''))}
+{capacity_section(data, divs.get('chart-capacity', ''))}
 {validation_section(data)}
 {cuda_graph_section(data)}
 {notes_section(data)}

@@ -47,6 +47,7 @@ class ReportData:
     compare_rows: list[dict] = field(default_factory=list)  # `roofline compare --json` rows, ranked
     compare_skipped: list[dict] = field(default_factory=list)
     doctor: dict | None = None  # `roofline doctor --json` output
+    capacity: dict | None = None  # `roofline capacity --json` output
 
     @property
     def cuda_graph(self) -> dict | None:
@@ -131,7 +132,7 @@ def _only_dicts(rows: list, what: str) -> list[dict]:
     return list(rows)
 
 
-def report_data(audit: dict, plan=None, validation=None, compare=None, doctor=None) -> ReportData:
+def report_data(audit: dict, plan=None, validation=None, compare=None, doctor=None, capacity=None) -> ReportData:
     if not isinstance(audit, dict) or "bytes_per_token" not in audit:
         raise RooflineError("report: the audit JSON has no bytes_per_token (is it `roofline audit --json` output?)")
     plan_rows, plan_doc = _rows_of(plan, "plan")
@@ -149,7 +150,9 @@ def report_data(audit: dict, plan=None, validation=None, compare=None, doctor=No
     return ReportData(audit=audit, modules=module_views(audit), plan_rows=plan_rows,
                       recommendation=recommendation, validation_rows=validation_rows,
                       compare_rows=compare_rows, compare_skipped=skipped,
-                      doctor=doctor if isinstance(doctor, dict) and isinstance(doctor.get("causes"), list) else None)
+                      doctor=doctor if isinstance(doctor, dict) and isinstance(doctor.get("causes"), list) else None,
+                      capacity=capacity if isinstance(capacity, dict) and isinstance(capacity.get("curve"), list)
+                      else None)
 
 
 def first_number(row: dict, *keys: str) -> float | None:

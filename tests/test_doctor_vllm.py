@@ -19,7 +19,7 @@ import time
 import urllib.request
 
 import pytest
-from vllm_server import vllm_server
+from vllm_server import calibrated_cpu_env, vllm_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -28,12 +28,7 @@ BLOCK = 64
 
 @pytest.fixture(scope="module")
 def cpu_hardware(tmp_path_factory):
-    """This host's bandwidth, saved as a hardware entry (what a user of a CPU server does first)."""
-    path = tmp_path_factory.mktemp("hw") / "hardware.toml"
-    env = {**__import__("os").environ, "ROOFLINE_HARDWARE_FILE": str(path)}
-    subprocess.run([sys.executable, "-m", "roofline.cli", "calibrate", "--device", "cpu", "--size-mb", "256",
-                    "--repetitions", "3", "--save", "doctor-cpu"], check=True, capture_output=True, env=env)
-    return env
+    return calibrated_cpu_env(tmp_path_factory.mktemp("hw"), "doctor-cpu")
 
 
 def doctor(env, *args) -> subprocess.CompletedProcess:

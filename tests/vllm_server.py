@@ -50,11 +50,17 @@ class Server:
 @contextlib.contextmanager
 def vllm_server(model_dir: Path, log_path: Path, *args: str, served_name: str = "e2e-qwen3",
                 env_extra: dict | None = None):
-    """`vllm serve MODEL ARGS` on 127.0.0.1, bounded start-up; always stopped (whole process group)."""
+    """`vllm serve MODEL ARGS` on 127.0.0.1, bounded start-up; always stopped (whole process group).
+    VLLM_CPU_KVCACHE_SPACE=1 unless env_extra says otherwise (None removes it)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "ROOFLINE_CAPTURE"}
     env.update(VLLM_CPU_KVCACHE_SPACE="1",  # GiB of KV cache
-               VLLM_LOGGING_LEVEL="INFO", PYTHONUNBUFFERED="1", **(env_extra or {}))
+               VLLM_LOGGING_LEVEL="INFO", PYTHONUNBUFFERED="1")
+    for key, value in (env_extra or {}).items():  # None: leave the variable out
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port), *args]
     with open(LOCK, "a") as lock, open(log_path, "w") as log:
@@ -85,3 +91,12 @@ def vllm_server(model_dir: Path, log_path: Path, *args: str, served_name: str = 
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def calibrated_cpu_env(directory: Path, name: str = "test-cpu") -> dict:
+    """An environment whose hardware catalogue has this host's measured bandwidth as `name` (what a
+    user of a CPU server does first: roofline calibrate --save)."""
+    env = dict(os.environ, ROOFLINE_HARDWARE_FILE=str(directory / "hardware.toml"))
+    subprocess.run([sys.executable, "-m", "roofline.cli", "calibrate", "--device", "cpu", "--size-mb", "256",
+                    "--repetitions", "3", "--save", name], check=True, capture_output=True, env=env)
+    return env

@@ -190,11 +190,19 @@ def _known_formats() -> frozenset:
     return frozenset(formats())
 
 
-def step_seconds(inventory: Inventory, hardware: Hardware, backend: Backend, target: str, batch: int,
-                 context: int, kv_cache_dtype: str, tp=None) -> tuple[float, str, Traffic]:
-    """(seconds per decode step of `batch` sequences, what bounds it, the traffic)."""
+def step_terms(inventory: Inventory, hardware: Hardware, backend: Backend, target: str, batch: int,
+               context: int, kv_cache_dtype: str, tp=None, routing: str = "uniform") -> tuple[float, float, float, Traffic]:
+    """(memory seconds, compute seconds, communication seconds) of one decode step of `batch`
+    sequences, and the traffic. routing: "uniform" (each token picks its experts independently:
+    E(1-(1-k/E)^B) distinct experts) or "shared" (every stream decodes the same text, so the batch
+    reads one token's experts)."""
     traffic = _traffic(inventory, Scenario(batch=batch, context=context, kv_cache_dtype=kv_cache_dtype))
+    traffic1 = traffic if batch == 1 else _traffic(inventory, Scenario(batch=1, context=context,
+                                                                              kv_cache_dtype=kv_cache_dtype))
     bytes_per_step = traffic.bytes_per_token * batch
+    if routing == "shared" and batch > 1:
+        bytes_per_step += sum(m.bytes_per_token for m in traffic1.modules if m.role == "moe_experts") - \
+            batch * sum(m.bytes_per_token for m in traffic.modules if m.role == "moe_experts")
     efficiency = hardware.efficiency * backend.relative_efficiency
     comm = 0.0
     ranks = 1
@@ -204,9 +212,15 @@ def step_seconds(inventory: Inventory, hardware: Hardware, backend: Backend, tar
         comm = split.comm_seconds_per_step
         ranks = tp.ranks
     memory = bytes_per_step / (hardware.bandwidth_gbps * 1e9 * efficiency)
-    traffic1 = traffic if batch == 1 else _traffic(inventory, Scenario(batch=1, context=context,
-                                                                              kv_cache_dtype=kv_cache_dtype))
     compute = batch * flops_per_token(inventory, traffic1, hardware, backend, target, context) / ranks
+    return memory, compute, comm, traffic
+
+
+def step_seconds(inventory: Inventory, hardware: Hardware, backend: Backend, target: str, batch: int,
+                 context: int, kv_cache_dtype: str, tp=None) -> tuple[float, str, Traffic]:
+    """(seconds per decode step of `batch` sequences, what bounds it, the traffic)."""
+    memory, compute, comm, traffic = step_terms(inventory, hardware, backend, target, batch, context,
+                                                kv_cache_dtype, tp)
     bound = "compute" if compute > memory else "memory"
     return max(memory, compute) + comm, bound, traffic
 

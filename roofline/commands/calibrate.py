@@ -55,6 +55,8 @@ def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, na
     for k in calibration.kernels:
         click.echo(f"{k.kernel:12}{k.best_gbps:>12.2f}{k.median_gbps:>14.2f}")
     click.echo(f"achievable bandwidth: {calibration.bandwidth_gbps:.2f} GB/s ({calibration.best.kernel})")
+    if calibration.gemm_tflops:
+        click.echo(f"compute roof: {calibration.gemm_tflops['bf16']:.3f} TFLOP/s dense bf16 GEMM")
     if calibration.launch is not None:
         launch = calibration.launch
         click.echo(f"{'launch case':12}{'kernels':>9}{'eager us/k':>12}{'graph us/k':>12}{'floor us/k':>12}")

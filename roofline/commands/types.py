@@ -89,3 +89,7 @@ BUFFER_MIB = positive(1 << 20)
 THREADS = count(1, 4096)
 EFFICIENCY = fraction(low_open=True)
 TOK_S = positive(1e9)
+MEMORY_BYTES = count(1, 1 << 50)  # 1 PiB
+BLOCK_TOKENS = count(1, 1 << 16)
+PROMPT_TOKENS = count(1, 1 << 24)
+BATCHED_TOKENS = count(1, 1 << 24)

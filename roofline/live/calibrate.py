@@ -25,6 +25,8 @@ from roofline.predict.hardware import user_hardware_file
 
 SCHEMA = "roofline.calibrate/1"
 GEMV_COLUMNS = 4096  # a hidden size of a mid-size LLM: rows x 4096 weights, like one projection
+# the compute roof: a batched-decode / prefill shaped GEMM, [tokens x hidden] @ [hidden x hidden]
+GEMM_SHAPE = {"cpu": (256, 2048, 2048), "cuda": (4096, 8192, 8192)}
 
 
 @dataclass
@@ -49,6 +51,8 @@ class Calibration:
     notes: list[str] = field(default_factory=list)
     launch: object | None = None  # roofline.live.launch_cost.LaunchCalibration, on a GPU
     compute_capability: str = ""  # "9.0" on an H100; empty on a CPU
+    gemm_tflops: dict = field(default_factory=dict)  # {"bf16": best dense TFLOP/s of a large GEMM}
+    gemm_source: str = ""
 
     @property
     def best(self) -> KernelResult:
@@ -159,6 +163,7 @@ def measure(device: str = "auto", buffer_mb: float = 512, repetitions: int = 10,
     calibration = Calibration(device=str(dev), device_name=device_name, threads=used_threads,
                               buffer_mb=buffer_mb, kernels=results, memory_gb=memory_gb,
                               torch_version=torch.__version__, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    _measure_gemm(calibration, torch, dev, sync, repetitions, say)
     if str(dev).startswith("cuda"):
         major, minor = torch.cuda.get_device_capability(dev)
         calibration.compute_capability = f"{major}.{minor}"
@@ -175,13 +180,32 @@ def measure(device: str = "auto", buffer_mb: float = 512, repetitions: int = 10,
     return calibration
 
 
+def _measure_gemm(calibration: Calibration, torch, dev, sync, repetitions: int, say) -> None:
+    """Dense BF16 GEMM throughput: the compute roof of batched decode and prefill here."""
+    tokens, inner, outer = GEMM_SHAPE["cpu" if str(dev) == "cpu" else "cuda"]
+    try:
+        a = torch.empty(tokens, inner, dtype=torch.bfloat16, device=dev).uniform_(-1, 1)
+        b = torch.empty(outer, inner, dtype=torch.bfloat16, device=dev).uniform_(-1, 1)
+        linear = torch.nn.functional.linear
+        times = _time(lambda: linear(a, b), max(3, min(repetitions, 10)), sync)
+    except (RuntimeError, MemoryError) as exc:
+        calibration.notes.append(f"bf16 GEMM not measured: {str(exc).splitlines()[0]}")
+        return
+    tflops = 2 * tokens * inner * outer / min(times) / 1e12
+    calibration.gemm_tflops = {"bf16": round(tflops, 4)}
+    calibration.gemm_source = (f"roofline calibrate {calibration.measured_at}: best bf16 GEMM "
+                               f"[{tokens}x{inner}] @ [{inner}x{outer}] on {calibration.device}"
+                               + (f", {calibration.threads} threads" if calibration.threads else ""))
+    say(f"{'gemm_bf16':10} best {tflops:8.3f} TFLOP/s")
+
+
 # ---------------------------------------------------------------------------------------------
 # Saving as a hardware entry the catalogue reads (roofline/predict/hardware.py: user entries)
 
 def hardware_entry(calibration: Calibration, name: str | None = None, efficiency: float = 0.75) -> dict:
     """A catalogue entry (the fields of roofline/data/hardware.toml) for the measured device."""
     on_gpu = calibration.device.startswith("cuda")
-    capability, tensor = calibration.compute_capability, {}
+    capability, tensor = calibration.compute_capability, dict(calibration.gemm_tflops)
     best = calibration.best
     return {
         "name": name or f"{calibration.device_name} (calibrated)",
@@ -196,7 +220,7 @@ def hardware_entry(calibration: Calibration, name: str | None = None, efficiency
         "memory_source": "as the OS / driver reports it; usable: 90% of it (estimate)",
         "compute_capability": capability,
         "tensor_tflops": tensor,
-        "tensor_source": "not measured by roofline calibrate",
+        "tensor_source": calibration.gemm_source or "not measured by roofline calibrate",
         # a CPU host runs no CUDA kernels: the launch-cost model does not apply to it
         "host": "x86_server" if on_gpu else "cpu",
         "efficiency": efficiency,

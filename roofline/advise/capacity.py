@@ -1,0 +1,252 @@
+"""How many concurrent requests fit, and what each gets: `roofline capacity` (pure).
+
+1. The memory vLLM gives the KV cache (each term shown, measured or estimated), then the KV cache as
+   vLLM lays it out (roofline.predict.kv_capacity): blocks, tokens, max concurrency — the two numbers
+   vLLM logs at start-up.
+2. The decode curve: per concurrency level, the step's bytes (weights — MoE experts by the routing
+   assumption — plus every sequence's KV and state), its tensor FLOPs against the hardware's peak for
+   the format (recommend.flops_per_token), and on a GPU the CUDA-graph launch floor; the largest term
+   names the bound; aggregate and per-stream tok/s; the knee where it turns compute-bound.
+3. TTFT of one prompt from the prefill compute roof plus one read of the weights.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from roofline.data import load_table
+from roofline.errors import RooflineError
+from roofline.model.architecture import text_config
+from roofline.model.formats import PLAIN_FORMATS
+from roofline.model.inventory import Inventory
+from roofline.predict.cuda_graph import applies_to, estimate
+from roofline.predict.hardware import Hardware
+from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
+from roofline.predict.serving import main_format
+from roofline.predict.traffic import KV_DTYPE_BYTES, Scenario, compute_traffic
+
+from .recommend import Backend, backends_for, flops_per_token, step_terms
+
+SCHEMA = "roofline.capacity/1"
+GIB = 2**30
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class Request:
+    """The serving setup capacity is asked about (vLLM's option names)."""
+
+    max_model_len: int
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    cpu_kvcache_space_gib: float | None = None  # VLLM_CPU_KVCACHE_SPACE, on a CPU server
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    block_size: int | None = None
+    prefix_caching: bool = True
+    concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    prompt_len: int = 512
+    output_len: int = 256
+    routing: str = "uniform"  # uniform | shared
+
+
+@dataclass
+class MemoryTerm:
+    name: str
+    bytes: float  # positive: what the term takes from (or, for "requested", gives to) the budget
+    kind: str  # given | vllm default | checkpoint | estimate
+    source: str
+
+
+@dataclass
+class CurvePoint:
+    concurrency: int
+    step_ms: float
+    aggregate_tok_s: float
+    per_stream_tok_s: float
+    bound: str  # memory | compute | launch
+    memory_ms: float
+    compute_ms: float
+    launch_ms: float
+    fits: bool  # within the KV cache's max concurrency at this context and max_num_seqs
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Capacity:
+    model_id: str
+    hardware: Hardware
+    request: Request
+    memory_terms: list[MemoryTerm]
+    kv: KVCapacity
+    curve: list[CurvePoint]
+    knee_concurrency: int | None
+    ttft_ms: float
+    context: int
+    fit_concurrency: int  # requests at the curve's context that the KV cache and max_num_seqs admit
+    recommended_kv_cache_memory_bytes: int | None = None  # unified-memory boxes
+    notes: list[str] = field(default_factory=list)
+
+    def verdict(self) -> str:
+        best = max(self.curve, key=lambda p: p.aggregate_tok_s) if self.curve else None
+        text = (f"{self.kv.tokens:,} KV tokens: {self.kv.max_concurrency:.2f} requests of {self.kv.max_model_len:,} "
+                f"tokens, {self.fit_concurrency} of {self.context:,}")
+        if best is not None:
+            text += (f"; decode peaks at {best.aggregate_tok_s:.0f} tok/s aggregate at concurrency {best.concurrency} "
+                     f"({best.per_stream_tok_s:.1f} per stream)")
+        if self.knee_concurrency:
+            text += f"; compute-bound from concurrency {self.knee_concurrency}"
+        return text
+
+    def to_json(self) -> dict:
+        hw = self.hardware
+        return {
+            "schema": SCHEMA, "model": self.model_id,
+            "hardware": {"key": hw.key, "name": hw.name, "bandwidth_gbps": hw.bandwidth_gbps,
+                         "memory_gb": hw.memory_gb, "tensor_tflops": dict(hw.tensor_tflops)},
+            "request": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.request.__dict__.items()},
+            "memory_terms": {t.name: {"bytes": t.bytes, "kind": t.kind, "source": t.source} for t in self.memory_terms},
+            "kv_cache": self.kv.to_json(),
+            "context": self.context, "fit_concurrency": self.fit_concurrency,
+            "curve": [p.to_json() for p in self.curve],
+            "knee_concurrency": self.knee_concurrency, "ttft_ms": self.ttft_ms,
+            "recommended_kv_cache_memory_bytes": self.recommended_kv_cache_memory_bytes,
+            "verdict": self.verdict(), "notes": list(self.notes),
+        }
+
+
+def _table() -> dict:
+    return load_table("serving")
+
+
+def platform_layout(hardware: Hardware) -> KVLayout:
+    entry = _table()["platform"]["cpu" if hardware.host == "cpu" else "cuda"]
+    return KVLayout(entry["default_block_size"], entry["kernel_block"])
+
+
+def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int) -> float:
+    """Estimate of the profiling run's activation peak: one layer's hidden / MLP activations for
+    `tokens` tokens at the model dtype plus the sampler's fp32 logits for `seqs` sequences."""
+    cfg = text_config(inventory.config)
+    shape = inventory.shape
+    hidden = shape.hidden_size
+    inter = int(cfg.get("moe_intermediate_size") or 0) * max(shape.experts_per_token, 1) \
+        or int(cfg.get("intermediate_size") or 4 * hidden)
+    dtype = DTYPE_BYTES.get(shape.dtype.replace("torch.", ""), 2)
+    return tokens * (8 * hidden + 3 * inter) * dtype + seqs * shape.vocab_size * 4
+
+
+def memory_terms(inventory: Inventory, hardware: Hardware, request: Request) -> list[MemoryTerm]:
+    mem = _table()["memory"]
+    if hardware.host == "cpu" and request.cpu_kvcache_space_gib is not None:
+        # vLLM-CPU's legacy variable wins over --kv-cache-memory-bytes (vllm/platforms/cpu.py)
+        return [MemoryTerm("kv_cache", request.cpu_kvcache_space_gib * GIB, "given",
+                           "VLLM_CPU_KVCACHE_SPACE (GiB): vLLM-CPU sets kv_cache_memory_bytes from it, over "
+                           "--kv-cache-memory-bytes")]
+    if request.kv_cache_memory_bytes is not None:
+        return [MemoryTerm("kv_cache", request.kv_cache_memory_bytes, "given",
+                           "--kv-cache-memory-bytes: vLLM skips its memory profile and uses exactly this")]
+    utilization = request.gpu_memory_utilization or mem["gpu_memory_utilization"]
+    seqs = request.max_num_seqs or mem["max_num_seqs"]
+    tokens = request.max_num_batched_tokens or mem["max_num_batched_tokens"]
+    terms = [MemoryTerm("requested", utilization * hardware.memory_gb * 1e9,
+                        "given" if request.gpu_memory_utilization else "vllm default",
+                        f"gpu_memory_utilization {utilization:g} x {hardware.memory_gb:g} GB device memory"),
+             MemoryTerm("weights", inventory.weight_bytes, "checkpoint", "the checkpoint's tensors (audit)"),
+             MemoryTerm("activation_peak", activation_peak_bytes(inventory, tokens, seqs), "estimate",
+                        f"{tokens} batched tokens x one layer's activations + {seqs} x vocab fp32 logits "
+                        "(vLLM measures it in its profiling run)"),
+             MemoryTerm("non_torch", mem["non_torch_gib"] * GIB if hardware.host != "cpu" else 0.0,
+                        "estimate", mem["non_torch_source"])]
+    if applies_to(hardware):
+        terms.append(MemoryTerm("cuda_graphs", mem["cuda_graph_gib"] * GIB, "estimate", mem["cuda_graph_source"]))
+    left = terms[0].bytes - sum(t.bytes for t in terms[1:])
+    terms.append(MemoryTerm("kv_cache", left, "derived", "requested - weights - activation peak - non-torch"
+                            + (" - CUDA graphs" if applies_to(hardware) else "")))
+    return terms
+
+
+def _backend(inventory: Inventory, hardware: Hardware) -> tuple[Backend, str]:
+    fmt = main_format(inventory) or PLAIN_FORMATS.get(inventory.shape.dtype.upper(), "bf16")
+    if hardware.host == "cpu":  # no tensor-core backends: vLLM-CPU runs its GEMMs in the model dtype
+        return Backend(fmt, "CPU (oneDNN / torch GEMM)", 0.0, "bf16", 1.0,
+                       "vLLM CPU backend: GEMMs in the model dtype"), fmt
+    candidates = backends_for(fmt, hardware) or backends_for("bf16", hardware)
+    if candidates:
+        return candidates[0], fmt
+    return Backend("bf16", "unrated", 0.0, "bf16", 1.0, "no backend rated for this device"), fmt
+
+
+def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capacity:
+    if request.routing not in ("uniform", "shared"):
+        raise RooflineError(f"--routing {request.routing!r}: use uniform or shared")
+    if request.prompt_len + request.output_len > request.max_model_len:
+        raise RooflineError(f"a request of --prompt-len {request.prompt_len} + --output-len {request.output_len} tokens "
+                            f"does not fit --max-model-len {request.max_model_len} (vLLM refuses such a request)")
+    terms = memory_terms(inventory, hardware, request)
+    budget = terms[-1].bytes
+    if budget <= 0:
+        weights = inventory.weight_bytes / 1e9
+        raise RooflineError(f"does not fit: the weights ({weights:.2f} GB) and vLLM's overheads leave no KV cache "
+                            f"memory of the {terms[0].bytes / 1e9:.2f} GB requested")
+    shape = inventory.shape
+    kv_name = request.kv_cache_dtype
+    traffic_kv = compute_traffic(inventory, Scenario(kv_cache_dtype=kv_name))
+    model_bytes = DTYPE_BYTES.get(shape.dtype.replace("torch.", ""), 2)
+    kv = kv_capacity(shape, kv_dtype_bytes=KV_DTYPE_BYTES[traffic_kv.kv_dtype], model_dtype_bytes=model_bytes,
+                     state_dtype_bytes=_table()["state"]["ssm_dtype_bytes"], memory_bytes=int(budget),
+                     max_model_len=request.max_model_len, layout=platform_layout(hardware),
+                     block_size=request.block_size, prefix_caching=request.prefix_caching)
+    context = min(request.prompt_len + request.output_len // 2, request.max_model_len)
+    per_request_blocks = sum(-(-(request.prompt_len + request.output_len) // kv.block_size)
+                             if kind == "attention" else (2 if request.prefix_caching else 1) for kind, _ in kv.groups)
+    max_seqs = request.max_num_seqs or _table()["memory"]["max_num_seqs"]
+    fit = min(kv.num_blocks // per_request_blocks, max_seqs)
+    backend, fmt = _backend(inventory, hardware)
+    launch_per_step = 0.0
+    one = compute_traffic(inventory, Scenario(context=context, kv_cache_dtype=kv_name))
+    if applies_to(hardware):
+        try:
+            graph = estimate(inventory, one, hardware)
+            launch_per_step = graph.kernels_per_token * graph.costs.graph_floor_us_per_kernel * 1e-6
+        except RooflineError:
+            launch_per_step = 0.0
+    # no measured or published tensor throughput (a CPU entry saved before calibrate measured GEMMs):
+    # no compute roof rather than an invented one
+    flops_one = flops_per_token(inventory, one, hardware, backend, fmt, context) if hardware.tensor_tflops else 0.0
+    curve = []
+    for n in request.concurrency:
+        memory, compute, _, traffic = step_terms(inventory, hardware, backend, fmt, n, context, kv_name,
+                                                 routing=request.routing)
+        compute = compute if hardware.tensor_tflops else 0.0
+        step = max(memory, compute) + launch_per_step
+        terms_s = {"memory": memory, "compute": compute, "launch": launch_per_step}
+        bound = max(terms_s, key=terms_s.get)
+        aggregate = n * traffic.tokens_per_step / step
+        curve.append(CurvePoint(n, step * 1e3, aggregate, aggregate / n, bound, memory * 1e3, compute * 1e3,
+                                launch_per_step * 1e3, n <= fit))
+    knee = next((p.concurrency for p in curve if p.bound == "compute"), None)
+    weights_read = one.weight_bytes_per_token / (hardware.bandwidth_gbps * 1e9 * hardware.efficiency)
+    ttft = request.prompt_len * flops_one + weights_read + launch_per_step
+    notes = list(kv.notes)
+    if hardware.host == "cpu":
+        notes.append("CPU host: no launch floor modelled")
+    if not hardware.tensor_tflops:
+        notes.append("no compute roof: the hardware entry has no tensor_tflops (roofline calibrate measures a bf16 "
+                     "GEMM); the curve is bandwidth-bound by construction")
+    if request.routing == "shared" and shape.num_experts:
+        notes.append("routing shared: every stream decodes the same text, so a step reads one token's experts")
+    recommended = None
+    unified = _table()["unified"]
+    if hardware.key in unified["hardware"] and request.kv_cache_memory_bytes is None:
+        usable = hardware.usable_memory_gb * 1e9
+        reserved = sum(t.bytes for t in terms[1:-1])
+        recommended = int((usable * (1 - unified["safety_margin"]) - reserved) // kv.bytes_per_block * kv.bytes_per_block)
+        notes.append(f"unified memory: pass --kv-cache-memory-bytes {recommended} ({recommended / GIB:.1f} GiB, "
+                     f"{100 * unified['safety_margin']:.0f}% of the usable {hardware.usable_memory_gb:g} GB left free) "
+                     "instead of trusting vLLM's profile here")
+    return Capacity(model_id=inventory.model_id, hardware=hardware, request=request, memory_terms=terms, kv=kv,
+                    curve=curve, knee_concurrency=knee, ttft_ms=ttft * 1e3, context=context, fit_concurrency=fit,
+                    recommended_kv_cache_memory_bytes=recommended, notes=notes)

