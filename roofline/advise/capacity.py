@@ -179,6 +179,37 @@ def _backend(inventory: Inventory, hardware: Hardware) -> tuple[Backend, str]:
     return Backend("bf16", "unrated", 0.0, "bf16", 1.0, "no backend rated for this device"), fmt
 
 
+def decode_curve(inventory: Inventory, hardware: Hardware, levels, context: int, kv_cache_dtype: str,
+                 routing: str = "uniform", fit: int | None = None):
+    """(points, knee concurrency, the one-stream traffic, compute seconds per token, launch seconds
+    per step) of decoding at each concurrency level with `context` tokens per sequence."""
+    backend, fmt = _backend(inventory, hardware)
+    launch_per_step = 0.0
+    one = compute_traffic(inventory, Scenario(context=context, kv_cache_dtype=kv_cache_dtype))
+    if applies_to(hardware):
+        try:
+            graph = estimate(inventory, one, hardware)
+            launch_per_step = graph.kernels_per_token * graph.costs.graph_floor_us_per_kernel * 1e-6
+        except RooflineError:
+            launch_per_step = 0.0
+    # no measured or published tensor throughput (a CPU entry saved before calibrate measured GEMMs):
+    # no compute roof rather than an invented one
+    flops_one = flops_per_token(inventory, one, hardware, backend, fmt, context) if hardware.tensor_tflops else 0.0
+    curve = []
+    for n in levels:
+        memory, compute, _, traffic = step_terms(inventory, hardware, backend, fmt, n, context, kv_cache_dtype,
+                                                 routing=routing)
+        compute = compute if hardware.tensor_tflops else 0.0
+        step = max(memory, compute) + launch_per_step
+        terms_s = {"memory": memory, "compute": compute, "launch": launch_per_step}
+        bound = max(terms_s, key=terms_s.get)
+        aggregate = n * traffic.tokens_per_step / step
+        curve.append(CurvePoint(n, step * 1e3, aggregate, aggregate / n, bound, memory * 1e3, compute * 1e3,
+                                launch_per_step * 1e3, fit is None or n <= fit))
+    knee = next((p.concurrency for p in curve if p.bound == "compute"), None)
+    return curve, knee, one, flops_one, launch_per_step
+
+
 def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capacity:
     if request.routing not in ("uniform", "shared"):
         raise RooflineError(f"--routing {request.routing!r}: use uniform or shared")
@@ -204,30 +235,8 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                              if kind == "attention" else (2 if request.prefix_caching else 1) for kind, _ in kv.groups)
     max_seqs = request.max_num_seqs or _table()["memory"]["max_num_seqs"]
     fit = min(kv.num_blocks // per_request_blocks, max_seqs)
-    backend, fmt = _backend(inventory, hardware)
-    launch_per_step = 0.0
-    one = compute_traffic(inventory, Scenario(context=context, kv_cache_dtype=kv_name))
-    if applies_to(hardware):
-        try:
-            graph = estimate(inventory, one, hardware)
-            launch_per_step = graph.kernels_per_token * graph.costs.graph_floor_us_per_kernel * 1e-6
-        except RooflineError:
-            launch_per_step = 0.0
-    # no measured or published tensor throughput (a CPU entry saved before calibrate measured GEMMs):
-    # no compute roof rather than an invented one
-    flops_one = flops_per_token(inventory, one, hardware, backend, fmt, context) if hardware.tensor_tflops else 0.0
-    curve = []
-    for n in request.concurrency:
-        memory, compute, _, traffic = step_terms(inventory, hardware, backend, fmt, n, context, kv_name,
-                                                 routing=request.routing)
-        compute = compute if hardware.tensor_tflops else 0.0
-        step = max(memory, compute) + launch_per_step
-        terms_s = {"memory": memory, "compute": compute, "launch": launch_per_step}
-        bound = max(terms_s, key=terms_s.get)
-        aggregate = n * traffic.tokens_per_step / step
-        curve.append(CurvePoint(n, step * 1e3, aggregate, aggregate / n, bound, memory * 1e3, compute * 1e3,
-                                launch_per_step * 1e3, n <= fit))
-    knee = next((p.concurrency for p in curve if p.bound == "compute"), None)
+    curve, knee, one, flops_one, launch_per_step = decode_curve(inventory, hardware, request.concurrency, context,
+                                                                kv_name, request.routing, fit)
     weights_read = one.weight_bytes_per_token / (hardware.bandwidth_gbps * 1e9 * hardware.efficiency)
     ttft = request.prompt_len * flops_one + weights_read + launch_per_step
     notes = list(kv.notes)

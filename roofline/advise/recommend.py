@@ -438,6 +438,13 @@ def _evaluate(base: Inventory, sim: Inventory, traffic1: Traffic, hardware: Hard
         flags.append(f"--moe-backend={backend.moe_backend}")
     if workload.memory_budget_gb:
         flags.append(f"--gpu-memory-utilization={min(0.95, workload.memory_budget_gb / hardware.usable_memory_gb):.2f}")
+    unified = load_table("serving")["unified"]
+    if hardware.key in unified["hardware"]:
+        # vLLM's memory profile misjudges a unified-memory box (serving.toml [unified]): a fixed KV budget
+        kv_bytes = int(hardware.usable_memory_gb * 1e9 * (1 - unified["safety_margin"]) - weights_on_rank
+                       - memory_cfg["overhead_gb"] * 1e9)
+        if kv_bytes > 0:
+            flags.append(f"--kv-cache-memory-bytes={kv_bytes}")
     if tp is not None:
         flags.append(f"--tensor-parallel-size={tp.ranks}")
         if tp.link.key.startswith("cx7"):
@@ -494,6 +501,23 @@ class Plan:
     def top(self) -> Recommendation | None:
         return self.recommendations[0] if self.recommendations else None
 
+    @property
+    def pick_at_one(self) -> Recommendation | None:
+        """What one stream would pick (fastest single stream among the rows that fit)."""
+        fitting = [r for r in self.recommendations if r.fits] or self.recommendations
+        return max(fitting, key=lambda r: r.single_stream_tok_s) if fitting else None
+
+    def pick_change(self) -> str | None:
+        """A sentence when the pick at this concurrency differs from the single-stream pick."""
+        one, top = self.pick_at_one, self.top
+        if self.workload.concurrency <= 1 or one is None or top is None or \
+                (one.format, one.recipe) == (top.format, top.recipe):
+            return None
+        n = self.workload.concurrency
+        return (f"the pick changes with concurrency: one stream is fastest on {format_label(one.format)} "
+                f"({one.single_stream_tok_s:.1f} tok/s, {one.recipe}), {n} streams on {format_label(top.format)} "
+                f"({top.aggregate_tok_s:.1f} tok/s aggregate vs {one.aggregate_tok_s:.1f})")
+
     def to_json(self) -> dict:
         inv, hw, w = self.inventory, self.hardware, self.workload
         return {
@@ -512,6 +536,10 @@ class Plan:
             ],
             "recommendations": [r.to_json() for r in self.recommendations],
             "top_pick": self.top.to_json() if self.top else None,
+            "pick_at_one": ({"format": self.pick_at_one.format, "recipe": self.pick_at_one.recipe,
+                             "single_stream_tok_s": self.pick_at_one.single_stream_tok_s}
+                            if self.pick_at_one else None),
+            "pick_change": self.pick_change(),
             "base_of": self.base_of,
             "tie_tolerance": tolerance()[0],
             "notes": list(self.notes),

@@ -33,7 +33,8 @@ def bench_options(func):
     return func
 
 
-def config_from(url: str, kwargs: dict, concurrency: tuple[int, ...] = (), sweep_rounds: int = 3):
+def config_from(url: str, kwargs: dict, concurrency: tuple[int, ...] = (), sweep_rounds: int = 3,
+                same_prompt: bool = False):
     from roofline.live.bench import DEFAULT_PROMPT, BenchConfig
 
     return BenchConfig(
@@ -41,6 +42,7 @@ def config_from(url: str, kwargs: dict, concurrency: tuple[int, ...] = (), sweep
         prompt=kwargs.pop("prompt") or DEFAULT_PROMPT, max_tokens=kwargs.pop("max_tokens"),
         runs=kwargs.pop("runs"), warmup=kwargs.pop("warmup"), timeout_s=kwargs.pop("timeout_s"),
         ignore_eos=not kwargs.pop("no_ignore_eos"), concurrency=concurrency, sweep_rounds=sweep_rounds,
+        same_prompt=same_prompt,
     ).validate()
 
 
@@ -49,10 +51,13 @@ def config_from(url: str, kwargs: dict, concurrency: tuple[int, ...] = (), sweep
 @click.option("--concurrency", "concurrency_text", default=None,
               help="Also sweep these concurrent-stream counts, e.g. 1,2,4,8 (aggregate tok/s).")
 @click.option("--sweep-rounds", type=types.RUNS, default=3, show_default=True, help="Rounds per concurrency level.")
+@click.option("--same-prompt", is_flag=True,
+              help="Sweep: send every stream the same prompt (the common benchmark habit; a MoE then reads one "
+                   "token's experts per step). Default: distinct prompts.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON to a file.")
 @click.option("--quiet", "-q", is_flag=True, help="No per-run progress lines.")
-def command(url, concurrency_text, sweep_rounds, as_json, json_out, quiet, **kwargs):
+def command(url, concurrency_text, sweep_rounds, same_prompt, as_json, json_out, quiet, **kwargs):
     """Measure single-stream decode tok/s of an OpenAI-compatible server (vLLM or any other):
     fixed max_tokens, temperature 0, ignore_eos where the server takes it; TTFT and decode
     speed from token arrival times, so prefill is excluded."""
@@ -60,7 +65,8 @@ def command(url, concurrency_text, sweep_rounds, as_json, json_out, quiet, **kwa
 
     if not url:
         raise RooflineError("give --url, the API base of the server, e.g. http://127.0.0.1:8000/v1")
-    cfg = config_from(url, kwargs, types.parse_int_list(concurrency_text, "--concurrency", 1, 4096), sweep_rounds)
+    cfg = config_from(url, kwargs, types.parse_int_list(concurrency_text, "--concurrency", 1, 4096), sweep_rounds,
+                      same_prompt)
     progress = None if (quiet or as_json) else (lambda message: click.echo(message, err=True))
     result = run_bench(cfg, progress=progress)
     payload = result.to_json()

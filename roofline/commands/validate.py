@@ -117,6 +117,9 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         audit = run_audit(inventory, scenario, hardware).to_json()
 
     result = validate(audit, measured_tok_s)
+    curve, knee = None, None
+    if bench is not None and bench.get("sweep") and not audit_json:
+        curve, knee = _curve(inventory, hardware, scenario, bench)
     row = record_row(result, measured_by=measured_by, bench=bench, audit=audit)
     recorded = None
     if not no_record:
@@ -138,10 +141,17 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         payload = result.to_json() | {"record": row, "recorded_in": recorded}
         if bench is not None:
             payload["bench"] = bench
+        if curve is not None:
+            payload["curve"] = curve
+            payload["knee_concurrency"] = knee
         json.dump(payload, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return
     click.echo(render_validation(result))
+    if curve:
+        from roofline.render.validate import render_curve
+
+        click.echo(render_curve(curve, knee))
     if bench is not None and bench.get("notes"):
         for note in bench["notes"]:
             click.echo(f"bench note: {note}")
@@ -149,3 +159,15 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         click.echo(f"recorded in {recorded}")
     if html_path:
         click.echo(f"report: {html_path}")
+
+
+def _curve(inventory, hardware, scenario, bench: dict) -> tuple[list[dict], int | None]:
+    """The bench's concurrency sweep beside the predicted decode curve at the bench's own context,
+    with the routing its prompts imply (distinct: uniform; --same-prompt: shared)."""
+    from roofline.advise.capacity import decode_curve
+    from roofline.live.validate import compare_curve
+
+    levels = [level["concurrency"] for level in bench["sweep"] if isinstance(level.get("concurrency"), int)]
+    routing = "shared" if (bench.get("config") or {}).get("same_prompt") else "uniform"
+    points, knee, *_ = decode_curve(inventory, hardware, levels, scenario.context, scenario.kv_cache_dtype, routing)
+    return compare_curve([p.to_json() for p in points], bench["sweep"]), knee

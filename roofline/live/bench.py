@@ -23,7 +23,7 @@ import statistics
 import threading
 import time
 import urllib.parse
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from roofline.errors import RooflineError
 
@@ -48,6 +48,9 @@ class BenchConfig:
     ignore_eos: bool = True
     concurrency: tuple[int, ...] = ()  # sweep levels beyond single-stream, e.g. (1, 2, 4)
     sweep_rounds: int = 3  # times each concurrency level is run (median aggregate reported)
+    # concurrent streams get distinct prompts (each its own routing through a MoE); True sends every
+    # stream the same prompt, the common benchmark habit, which makes all streams pick the same experts
+    same_prompt: bool = False
 
     def validate(self) -> "BenchConfig":
         if self.api not in ("completions", "chat"):
@@ -459,8 +462,15 @@ def stream_once(cfg: BenchConfig, model: str, vllm_extras: bool = True) -> RunRe
         conn.close()
 
 
+def stream_prompt(prompt: str, stream: int) -> str:
+    """Stream i's prompt in a sweep with distinct prompts: the prompt behind a stream-specific
+    opening, so no two streams decode the same text (stream 0 keeps the single-stream prompt)."""
+    return prompt if stream == 0 else f"Part {stream}. {prompt}"
+
+
 def _concurrent(cfg: BenchConfig, model: str, n: int, vllm_extras: bool) -> tuple[list[RunResult], float]:
-    """n requests released together (a barrier), each on its own thread."""
+    """n requests released together (a barrier), each on its own thread; distinct prompts unless
+    cfg.same_prompt."""
     results: list[RunResult | None] = [None] * n
     barrier = threading.Barrier(n)
 
@@ -469,8 +479,9 @@ def _concurrent(cfg: BenchConfig, model: str, n: int, vllm_extras: bool) -> tupl
             barrier.wait(timeout=cfg.timeout_s)
         except threading.BrokenBarrierError:
             pass
+        own = cfg if cfg.same_prompt else replace(cfg, prompt=stream_prompt(cfg.prompt, i))
         try:
-            results[i] = stream_once(cfg, model, vllm_extras)
+            results[i] = stream_once(own, model, vllm_extras)
         except Exception as exc:  # a thread must never die silently: record it
             results[i] = RunResult(ok=False, error=f"{exc.__class__.__name__}: {exc}")
 

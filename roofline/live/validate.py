@@ -160,3 +160,24 @@ def validate(audit: dict, measured_tok_s: float) -> Validation:
         bandwidth_utilisation=measured * bytes_per_token / (bandwidth * 1e9),
         verdict=verdict, verdict_text=VERDICTS[verdict], suspects=suspects,
     )
+
+
+def compare_curve(predicted: list[dict], sweep: list[dict]) -> list[dict]:
+    """The measured concurrency sweep (`roofline bench --concurrency`) beside the predicted decode curve
+    (roofline.advise.capacity.decode_curve points as dicts), one row per level measured. The measured
+    aggregate counts every completion token over each round's wall time (prefill included), so it sits
+    below a decode-only prediction by the prefill share."""
+    by_level = {p["concurrency"]: p for p in predicted}
+    rows = []
+    for level in sweep:
+        n = level.get("concurrency")
+        point = by_level.get(n)
+        aggregate = (level.get("aggregate_tok_s") or {}).get("median")
+        per_stream = (level.get("per_stream_decode_tok_s") or {}).get("median")
+        if point is None or aggregate is None:
+            continue
+        rows.append({"concurrency": n, "measured_aggregate_tok_s": aggregate, "measured_per_stream_tok_s": per_stream,
+                     "predicted_aggregate_tok_s": point["aggregate_tok_s"],
+                     "predicted_per_stream_tok_s": point["per_stream_tok_s"], "predicted_bound": point["bound"],
+                     "ratio": aggregate / point["aggregate_tok_s"] if point["aggregate_tok_s"] else None})
+    return rows

@@ -37,6 +37,8 @@ def render_plan(plan, top: int = 12) -> str:
     best = plan.top
     if best is not None:
         lines += ["", f"top pick: {format_label(best.format)}, recipe {best.recipe}, {best.backend.name}"]
+        if plan.pick_change():
+            lines.append(f"  ! {plan.pick_change()}")
         lines += [f"  - {reason}" for reason in best.reasons]
         if best.quantize_with:
             lines.append(f"  quantize with: {best.quantize_with}")

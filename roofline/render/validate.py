@@ -24,3 +24,19 @@ def render_validation(v: Validation) -> str:
         lines.append("suspects:")
         lines += [f"  - {s}" for s in v.suspects]
     return "\n".join(lines)
+
+
+def render_curve(rows: list[dict], knee: int | None) -> str:
+    """The measured sweep beside the predicted decode curve."""
+    from .text import text_table
+
+    table = [["concurrency", "measured agg tok/s", "predicted agg", "ratio", "measured/stream", "predicted/stream",
+              "predicted bound"]]
+    for r in rows:
+        table.append([str(r["concurrency"]), f"{r['measured_aggregate_tok_s']:.1f}", f"{r['predicted_aggregate_tok_s']:.1f}",
+                      f"{r['ratio']:.2f}" if r["ratio"] is not None else "-",
+                      f"{r['measured_per_stream_tok_s']:.1f}" if r["measured_per_stream_tok_s"] else "-",
+                      f"{r['predicted_per_stream_tok_s']:.1f}", r["predicted_bound"]])
+    lines = ["concurrency sweep beside the predicted curve"
+             + (f" (predicted knee: compute-bound from {knee})" if knee else " (no predicted knee in this range)") + ":"]
+    return "\n".join(lines + ["  " + line for line in text_table(table, right={0, 1, 2, 3, 4, 5})])

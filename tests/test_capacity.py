@@ -1,0 +1,136 @@
+"""roofline capacity without an engine: the arithmetic's shape, plan's concurrency pick, the bench's
+prompts per stream, and bad input. The KV token count against vLLM itself: tests/test_capacity_vllm.py;
+the curve against a real bench sweep: tests/test_server_e2e.py."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from openai_double import FakeOpenAIServer
+
+from roofline.advise.capacity import Request, capacity
+from roofline.audit import load_inventory
+from roofline.errors import RooflineError
+from roofline.live.bench import BenchConfig, run_bench
+from roofline.predict.hardware import get_hardware
+
+REPO = Path(__file__).parent.parent
+QWEN3_8B = str(REPO / "examples" / "Qwen3-8B")
+HYBRID_MOE = str(REPO / "examples" / "Qwen3.6-35B-A3B-NVFP4")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "roofline.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_dense_curve_turns_compute_bound_on_a_gpu():
+    result = capacity(load_inventory(QWEN3_8B), get_hardware("h100-sxm"),
+                      Request(max_model_len=4096, kv_cache_dtype="fp8", prompt_len=64, output_len=64,
+                              concurrency=(1, 8, 64, 256, 1024), max_num_seqs=1024))
+    bounds = [p.bound for p in result.curve]
+    assert bounds[0] in ("memory", "launch") and bounds[-1] == "compute"
+    assert result.knee_concurrency == next(p.concurrency for p in result.curve if p.bound == "compute")
+    aggregates = [p.aggregate_tok_s for p in result.curve]
+    assert aggregates == sorted(aggregates)  # more streams never lose aggregate throughput
+    per_stream = [p.per_stream_tok_s for p in result.curve]
+    assert per_stream == sorted(per_stream, reverse=True)
+    assert result.ttft_ms > 0
+    assert result.recommended_kv_cache_memory_bytes is None  # not a unified-memory box
+
+
+def test_shared_routing_reads_one_tokens_experts():
+    inventory = load_inventory(HYBRID_MOE)
+    request = dict(max_model_len=8192, kv_cache_dtype="fp8", concurrency=(1, 16), prompt_len=128, output_len=128)
+    uniform = capacity(inventory, get_hardware("gb10"), Request(**request))
+    shared = capacity(inventory, get_hardware("gb10"), Request(**request, routing="shared"))
+    assert uniform.curve[0].step_ms == pytest.approx(shared.curve[0].step_ms)  # one stream: the same
+    assert shared.curve[1].memory_ms < uniform.curve[1].memory_ms  # 16 streams: fewer distinct experts
+    assert any("routing shared" in note for note in shared.notes)
+
+
+def test_unified_memory_gets_a_fixed_kv_budget():
+    result = capacity(load_inventory(QWEN3_8B), get_hardware("gb10"), Request(max_model_len=8192))
+    fixed = result.recommended_kv_cache_memory_bytes
+    hw = get_hardware("gb10")
+    assert fixed and fixed % result.kv.bytes_per_block == 0
+    assert fixed < hw.usable_memory_gb * 1e9 * 0.9 - load_inventory(QWEN3_8B).weight_bytes
+    # and plan's serve line for that box carries it
+    plan = json.loads(cli("plan", QWEN3_8B, "--formats", "fp8", "--hardware", "gb10", "--json").stdout)
+    assert any(flag.startswith("--kv-cache-memory-bytes=") for flag in plan["top_pick"]["flags"])
+    plan = json.loads(cli("plan", QWEN3_8B, "--formats", "fp8", "--hardware", "h100-sxm", "--json").stdout)
+    assert not any(flag.startswith("--kv-cache-memory-bytes=") for flag in plan["top_pick"]["flags"])
+
+
+def test_plan_says_when_the_pick_changes_with_concurrency():
+    args = [QWEN3_8B, "--formats", "nvfp4-w4a16,nvfp4-w4a4", "--recipe", "default", "--hardware", "gb10",
+            "--context", "128", "--kv-cache-dtype", "fp8", "--json"]
+    one = json.loads(cli("plan", *args, "--concurrency", "1").stdout)
+    many = json.loads(cli("plan", *args, "--concurrency", "64").stdout)
+    assert one["top_pick"]["format"] == "nvfp4-w4a16" and one["pick_change"] is None
+    assert many["top_pick"]["format"] == "nvfp4-w4a4"
+    assert many["pick_at_one"]["format"] == "nvfp4-w4a16"
+    assert "the pick changes with concurrency" in many["pick_change"]
+
+
+def test_json_and_terminal():
+    proc = cli("capacity", QWEN3_8B, "--hardware", "h100-sxm", "--max-model-len", "4096", "--concurrency", "1,4",
+               "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["schema"] == "roofline.capacity/1"
+    assert set(result["kv_cache"]) >= {"memory_bytes", "bytes_per_token", "page_size_bytes", "num_blocks", "tokens",
+                                       "max_concurrency"}
+    assert set(result["memory_terms"]) == {"requested", "weights", "activation_peak", "non_torch", "cuda_graphs",
+                                           "kv_cache"}
+    terms = result["memory_terms"]
+    assert terms["kv_cache"]["bytes"] == pytest.approx(terms["requested"]["bytes"] - sum(
+        terms[k]["bytes"] for k in ("weights", "activation_peak", "non_torch", "cuda_graphs")))
+    assert [p["concurrency"] for p in result["curve"]] == [1, 4]
+    assert {"step_ms", "aggregate_tok_s", "per_stream_tok_s", "bound"} <= set(result["curve"][0])
+    text = cli("capacity", QWEN3_8B, "--hardware", "h100-sxm", "--max-model-len", "4096").stdout
+    assert "KV cache size:" in text and "Maximum concurrency for 4,096 tokens per request" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--hardware", "rtx-4090", "--gpu-memory-utilization", "0.5", "--max-model-len", "4096"],
+     "does not fit: the weights (16.38 GB)"),
+    (["--max-model-len", "10000000"], "greater than the derived max_model_len (max_position_embeddings=40960"),
+    (["--concurrency", "1,2,x"], "'x' is not a whole number"),
+    (["--concurrency", "1,1"], "repeats a value"),
+    (["--concurrency", "0"], "out of range"),
+    (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+    (["--max-model-len", "256"], "does not fit --max-model-len 256"),
+])
+def test_bad_input_is_one_line(args, message):
+    proc = cli("capacity", QWEN3_8B, *args)
+    assert proc.returncode != 0
+    assert message in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_bench_sweep_prompts_are_distinct_unless_asked():
+    with FakeOpenAIServer(("ok",)) as server:
+        run_bench(BenchConfig(url=server.url, model="ok", max_tokens=4, runs=1, warmup=0, concurrency=(3,),
+                              sweep_rounds=1))
+        distinct = {body["prompt"] for body in server.requests[-3:]}
+        run_bench(BenchConfig(url=server.url, model="ok", max_tokens=4, runs=1, warmup=0, concurrency=(3,),
+                              sweep_rounds=1, same_prompt=True))
+        same = {body["prompt"] for body in server.requests[-3:]}
+    assert len(distinct) == 3 and len(same) == 1
+
+
+def test_cpu_entry_without_a_compute_roof_says_so(tmp_path, monkeypatch):
+    entry = tmp_path / "hardware.toml"
+    entry.write_text('[old-cpu]\nname = "a CPU"\naliases = []\nbandwidth_gbps = 20.0\nbandwidth_source = "test"\n'
+                     'memory_gb = 24.0\nusable_memory_gb = 21.6\ncompute_capability = ""\ntensor_tflops = {}\n'
+                     'host = "cpu"\nefficiency = 0.75\nefficiency_kind = "prior"\nefficiency_source = "test"\n')
+    monkeypatch.setenv("ROOFLINE_HARDWARE_FILE", str(entry))
+    result = capacity(load_inventory(QWEN3_8B), get_hardware("old-cpu"),
+                      Request(max_model_len=4096, kv_cache_memory_bytes=4 * 2**30, concurrency=(1, 64)))
+    assert all(p.bound == "memory" and p.compute_ms == 0 for p in result.curve)
+    assert any("no compute roof" in note for note in result.notes)
+    with pytest.raises(RooflineError, match="does not fit"):
+        capacity(load_inventory(QWEN3_8B), get_hardware("old-cpu"), Request(max_model_len=4096,
+                                                                           gpu_memory_utilization=0.5))
