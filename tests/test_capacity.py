@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from openai_double import FakeOpenAIServer
 
-from roofline.advise.capacity import Request, capacity
+from roofline.advise.capacity import ROUTINGS, Request, capacity
 from roofline.audit import load_inventory
 from roofline.errors import RooflineError
 from roofline.live.bench import BenchConfig, run_bench
@@ -45,10 +45,10 @@ def test_shared_routing_reads_one_tokens_experts():
     inventory = load_inventory(HYBRID_MOE)
     request = dict(max_model_len=8192, kv_cache_dtype="fp8", concurrency=(1, 16), prompt_len=128, output_len=128)
     uniform = capacity(inventory, get_hardware("gb10"), Request(**request))
-    shared = capacity(inventory, get_hardware("gb10"), Request(**request, routing="shared"))
+    shared = capacity(inventory, get_hardware("gb10"), Request(**request, routing=ROUTINGS[1]))
     assert uniform.curve[0].step_ms == pytest.approx(shared.curve[0].step_ms)  # one stream: the same
     assert shared.curve[1].memory_ms < uniform.curve[1].memory_ms  # 16 streams: fewer distinct experts
-    assert any("routing shared" in note for note in shared.notes)
+    assert any(f"routing {ROUTINGS[1]}" in note for note in shared.notes)
 
 
 def test_unified_memory_gets_a_fixed_kv_budget():

@@ -170,3 +170,33 @@ def test_compare_section_renders_in_chromium(browser, checkpoint, tmp_path):
     page.locator("#compare-table th", has_text="bytes/token").locator("button").click()
     assert problems == []
     page.close()
+
+
+def test_doctor_and_capacity_sections_render_in_chromium(browser, tmp_path):
+    """`roofline doctor --html` then `roofline capacity --html` into the same report: the waterfall
+    and the curve draw, the tables are there, a model name carrying markup stays text."""
+    import json
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    capture = json.loads((repo / "examples" / "doctor" / "qwen3-next-nvfp4-eager.capture.json").read_text())
+    capture["model"] = "hybrid" + PWNED
+    evil = tmp_path / "capture.json"
+    evil.write_text(json.dumps(capture))
+    path = tmp_path / "report.html"
+    for args in (["doctor", "--capture", str(evil), "--hardware", "gb10"],
+                 ["capacity", str(repo / "examples" / "Qwen3-8B"), "--hardware", "h100-sxm", "--max-model-len", "4096"]):
+        proc = subprocess.run([sys.executable, "-m", "roofline.cli", *args, "--html", str(path)], capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    page, problems = open_page(browser, path)
+    for chart in ("chart-doctor", "chart-capacity"):
+        page.wait_for_selector(f"#{chart} .main-svg", timeout=30_000)
+    assert page.locator("#doctor-table tbody tr").count() == 4
+    assert page.locator("#capacity-table tbody tr").count() == 9
+    assert "hybrid" + PWNED in page.inner_text("#doctor")  # text, not markup
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    assert "KV cache size:" in page.inner_text("#capacity")
+    assert problems == []
+    page.close()

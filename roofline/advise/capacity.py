@@ -27,6 +27,7 @@ from roofline.predict.traffic import KV_DTYPE_BYTES, Scenario, compute_traffic
 from .recommend import Backend, backends_for, flops_per_token, step_terms
 
 SCHEMA = "roofline.capacity/1"
+ROUTINGS = ("uniform", "shared")  # MoE experts per step: independent per token, or one prompt sent to every stream
 GIB = 2**30
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -211,7 +212,7 @@ def decode_curve(inventory: Inventory, hardware: Hardware, levels, context: int,
 
 
 def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capacity:
-    if request.routing not in ("uniform", "shared"):
+    if request.routing not in ROUTINGS:
         raise RooflineError(f"--routing {request.routing!r}: use uniform or shared")
     if request.prompt_len + request.output_len > request.max_model_len:
         raise RooflineError(f"a request of --prompt-len {request.prompt_len} + --output-len {request.output_len} tokens "
