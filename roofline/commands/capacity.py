@@ -10,18 +10,14 @@ import click
 from roofline.errors import RooflineError
 
 from . import types
-from .options import no_cache_option
+from .options import source_options
 
 DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
 
 
 @click.command(name="capacity")
 @click.argument("model", required=False)
-@click.option("--revision", default=None, help="Hub revision (branch, tag or commit).")
-@click.option("--config-only", is_flag=True, help="Build the inventory from config.json alone (no safetensors).")
-@no_cache_option
-@click.option("--from-vllm", "from_vllm", type=click.Path(dir_okay=False), default=None,
-              help="Audit a capture file (`roofline capture`) instead of MODEL.")
+@source_options
 @click.option("--hardware", "hardware_name", default="gb10", show_default=True,
               help="Target from the hardware catalogue or a `calibrate --save` entry.")
 @click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s.")

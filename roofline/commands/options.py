@@ -40,3 +40,16 @@ no_cache_option = click.option(
     "--no-cache", is_flag=True,
     help="Config-only path: build the skeleton afresh instead of reading the cache ($ROOFLINE_CACHE, else "
          "$XDG_CACHE_HOME/roofline or ~/.cache/roofline).")
+
+
+def source_options(func):
+    """Where MODEL's inventory comes from: shared by audit and capacity."""
+    for option in reversed([
+        click.option("--revision", default=None, help="Hub revision (branch, tag or commit)."),
+        click.option("--config-only", is_flag=True, help="Build the inventory from config.json alone (no safetensors)."),
+        no_cache_option,
+        click.option("--from-vllm", "from_vllm", type=click.Path(dir_okay=False), default=None,
+                     help="Use a live inventory written by `roofline capture` instead of MODEL."),
+    ]):
+        func = option(func)
+    return func
