@@ -22,14 +22,13 @@ from roofline.predict.cuda_graph import applies_to, estimate
 from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
 from roofline.predict.serving import main_format
-from roofline.predict.traffic import KV_DTYPE_BYTES, Scenario, compute_traffic
+from roofline.predict.traffic import KV_DTYPE_BYTES, Scenario, compute_traffic, dtype_bytes
 
 from .recommend import Backend, backends_for, flops_per_token, step_terms
 
 SCHEMA = "roofline.capacity/1"
 ROUTINGS = ("uniform", "shared")  # MoE experts per step: independent per token, or one prompt sent to every stream
 GIB = 2**30
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 @dataclass(frozen=True)
@@ -135,7 +134,7 @@ def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int) -> float
     hidden = shape.hidden_size
     inter = int(cfg.get("moe_intermediate_size") or 0) * max(shape.experts_per_token, 1) \
         or int(cfg.get("intermediate_size") or 4 * hidden)
-    dtype = DTYPE_BYTES.get(shape.dtype.replace("torch.", ""), 2)
+    dtype = dtype_bytes(shape.dtype)
     return tokens * (8 * hidden + 3 * inter) * dtype + seqs * shape.vocab_size * 4
 
 
@@ -193,14 +192,11 @@ def decode_curve(inventory: Inventory, hardware: Hardware, levels, context: int,
             launch_per_step = graph.kernels_per_token * graph.costs.graph_floor_us_per_kernel * 1e-6
         except RooflineError:
             launch_per_step = 0.0
-    # no measured or published tensor throughput (a CPU entry saved before calibrate measured GEMMs):
-    # no compute roof rather than an invented one
-    flops_one = flops_per_token(inventory, one, hardware, backend, fmt, context) if hardware.tensor_tflops else 0.0
+    flops_one = flops_per_token(inventory, one, hardware, backend, fmt, context)
     curve = []
     for n in levels:
         memory, compute, _, traffic = step_terms(inventory, hardware, backend, fmt, n, context, kv_cache_dtype,
                                                  routing=routing)
-        compute = compute if hardware.tensor_tflops else 0.0
         step = max(memory, compute) + launch_per_step
         terms_s = {"memory": memory, "compute": compute, "launch": launch_per_step}
         bound = max(terms_s, key=terms_s.get)
@@ -226,14 +222,13 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     shape = inventory.shape
     kv_name = request.kv_cache_dtype
     traffic_kv = compute_traffic(inventory, Scenario(kv_cache_dtype=kv_name))
-    model_bytes = DTYPE_BYTES.get(shape.dtype.replace("torch.", ""), 2)
-    kv = kv_capacity(shape, kv_dtype_bytes=KV_DTYPE_BYTES[traffic_kv.kv_dtype], model_dtype_bytes=model_bytes,
-                     state_dtype_bytes=_table()["state"]["ssm_dtype_bytes"], memory_bytes=int(budget),
+    kv = kv_capacity(shape, kv_dtype_bytes=KV_DTYPE_BYTES[traffic_kv.kv_dtype],
+                     model_dtype_bytes=int(dtype_bytes(shape.dtype)),
+                     state_dtype_bytes=int(dtype_bytes(shape.state_dtype)), memory_bytes=int(budget),
                      max_model_len=request.max_model_len, layout=platform_layout(hardware),
                      block_size=request.block_size, prefix_caching=request.prefix_caching)
     context = min(request.prompt_len + request.output_len // 2, request.max_model_len)
-    per_request_blocks = sum(-(-(request.prompt_len + request.output_len) // kv.block_size)
-                             if kind == "attention" else (2 if request.prefix_caching else 1) for kind, _ in kv.groups)
+    per_request_blocks = kv.blocks_for(request.prompt_len + request.output_len)
     max_seqs = request.max_num_seqs or _table()["memory"]["max_num_seqs"]
     fit = min(kv.num_blocks // per_request_blocks, max_seqs)
     curve, knee, one, flops_one, launch_per_step = decode_curve(inventory, hardware, request.concurrency, context,

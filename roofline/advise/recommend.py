@@ -19,6 +19,7 @@ plain-language form of the rules that fired.
 from __future__ import annotations
 
 import functools
+import math
 import shlex
 from dataclasses import dataclass, field
 
@@ -155,8 +156,10 @@ class Recommendation:
 # --------------------------------------------------------------------------- arithmetic
 
 def _tflops(hardware: Hardware, compute: str) -> float:
-    """Tensor throughput for a compute format; a device without it runs the GEMM in BF16."""
-    return hardware.tensor_tflops.get(compute) or hardware.tensor_tflops.get("bf16") or 1.0
+    """Tensor throughput for a compute format; a device without it runs the GEMM in BF16. An entry
+    that states no throughput at all (a CPU saved before calibrate measured GEMMs) has no compute
+    roof: infinite, so compute never binds, rather than an invented figure."""
+    return hardware.tensor_tflops.get(compute) or hardware.tensor_tflops.get("bf16") or math.inf
 
 
 def flops_per_token(inventory: Inventory, traffic1: Traffic, hardware: Hardware, backend: Backend,

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
@@ -10,6 +9,7 @@ from roofline.errors import RooflineError
 
 from . import types
 from .options import scenario_from, scenario_options, source_options
+from .output import print_json
 
 
 @click.command(name="audit")
@@ -45,8 +45,7 @@ def command(model, revision, config_only, no_cache, from_vllm, trust_remote_code
         from roofline.reports import write_audit_report
         write_audit_report(result, html_path, cdn=cdn)
     if as_json:
-        json.dump(payload, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(payload)
     else:
         from roofline.render.audit import render_audit
         click.echo(render_audit(result, max_rows=rows))

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
 from roofline.errors import RooflineError
 
 from . import types
+from .output import print_json
 
 
 def bench_options(func):
@@ -74,8 +74,7 @@ def command(url, concurrency_text, sweep_rounds, same_prompt, as_json, json_out,
         with open(json_out, "w", encoding="utf-8") as fh:
             json.dump(payload, fh, indent=1)
     if as_json:
-        json.dump(payload, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(payload)
     else:
         from roofline.render.bench import render_bench
 

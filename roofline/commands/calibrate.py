@@ -1,14 +1,12 @@
 """roofline calibrate"""
 from __future__ import annotations
 
-import json
-import sys
-
 import click
 
 from roofline.errors import RooflineError
 
 from . import types
+from .output import print_json
 
 
 @click.command(name="calibrate")
@@ -46,8 +44,7 @@ def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, na
         saved = save_entry(save_key, entry, hardware_file)
         payload["saved"] = {"key": save_key, "file": saved}
     if as_json:
-        json.dump(payload, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(payload)
         return
     click.echo(f"{calibration.device_name} ({calibration.device}"
                + (f", {calibration.threads} threads" if calibration.threads else "") + ")")

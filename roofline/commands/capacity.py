@@ -1,9 +1,7 @@
 """roofline capacity MODEL"""
 from __future__ import annotations
 
-import json
 import os
-import sys
 
 import click
 
@@ -11,6 +9,7 @@ from roofline.errors import RooflineError
 
 from . import types
 from .options import source_options
+from .output import print_json
 
 DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
 
@@ -83,8 +82,7 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
     result = capacity(inventory, hardware, request)
     payload = result.to_json()
     if as_json:
-        json.dump(payload, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(payload)
     else:
         click.echo(render_capacity(payload))
     if html_path:

@@ -1,9 +1,7 @@
 """roofline compare A B C ... | --variants BASE"""
 from __future__ import annotations
 
-import json
 import os
-import sys
 
 import click
 
@@ -11,6 +9,7 @@ from roofline.errors import RooflineError
 
 from . import types
 from .options import no_cache_option, scenario_from, scenario_options
+from .output import print_json
 
 
 @click.command(name="compare")
@@ -88,8 +87,7 @@ def command(models, base, limit, name_filter, sort, pool, revision, config_only,
         best = max(comparison.rows, key=lambda r: r.result.expected_tok_s)
         update_report(html_path, best.result, compare=payload)
     if as_json:
-        json.dump(payload, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(payload)
     else:
         from roofline.render.compare import render_compare
 

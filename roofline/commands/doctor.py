@@ -1,14 +1,12 @@
 """roofline doctor --url URL [MODEL] [--capture FILE]"""
 from __future__ import annotations
 
-import json
-import sys
-
 import click
 
 from roofline.errors import RooflineError
 
 from . import types
+from .output import print_json
 
 EPILOG = ("Exit codes: 0 diagnosed; 1 nothing to diagnose (server or checkpoint unreadable); 2 bad usage; "
           "3 partial (printed, but on less than was asked for: no /metrics, other metric names, a bench that "
@@ -66,8 +64,7 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
     diagnosis = diagnose(obs.inventory, hardware, obs.serving, measured, ctx)
     payload = doctor_json(obs, diagnosis, hardware)
     if as_json:
-        json.dump(payload, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(payload)
     else:
         click.echo(render_doctor(payload))
     if html_path:

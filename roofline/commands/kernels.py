@@ -1,15 +1,13 @@
 """roofline kernels MODEL | --trace TRACE"""
 from __future__ import annotations
 
-import json
-import sys
-
 import click
 
 from roofline.errors import RooflineError
 
 from . import types
 from .options import no_cache_option, scenario_from, scenario_options
+from .output import print_json
 
 
 @click.command(name="kernels")
@@ -59,8 +57,7 @@ def command(model, trace_path, num_layers, backend, launch_us, revision, config_
         payload = {"schema": "roofline.kernels/1", "hardware": hardware.key, "kernels": profile.to_json()}
         if graph is not None:
             payload["cuda_graph"] = graph.to_json()
-        json.dump(payload, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(payload)
         return
     from roofline.render.kernels import render_kernels
 

@@ -1,15 +1,13 @@
 """roofline plan MODEL"""
 from __future__ import annotations
 
-import json
-import sys
-
 import click
 
 from roofline.errors import RooflineError
 
 from . import types
 from .options import no_cache_option
+from .output import print_json
 
 DEFAULT_FORMATS = "bf16,fp8,nvfp4-w4a16,nvfp4-w4a4,mxfp4,int4-awq"
 # "aggressive" (lm_head in 4 bits too) trades accuracy for bytes: compared only when asked for
@@ -79,8 +77,7 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
         audit = run_audit(inventory, Scenario(context=context, kv_cache_dtype=kv_cache_dtype), hardware)
         update_report(html_path, audit, plan=payload)
     if as_json:
-        json.dump(payload, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(payload)
     else:
         from roofline.render.plan import render_plan
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import click
 from click.core import ParameterSource
@@ -11,6 +10,7 @@ from click.core import ParameterSource
 from roofline.errors import RooflineError
 
 from . import types
+from .output import print_json
 from .bench import bench_options, config_from
 from .options import no_cache_option, scenario_from, scenario_options
 
@@ -144,8 +144,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         if curve is not None:
             payload["curve"] = curve
             payload["knee_concurrency"] = knee
-        json.dump(payload, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(payload)
         return
     click.echo(render_validation(result))
     if curve:

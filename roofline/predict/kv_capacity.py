@@ -55,7 +55,12 @@ class KVCapacity:
     tokens: int
     kv_bytes_per_token: float  # KV of one token of context over every attention layer
     state_bytes_per_request: int  # recurrent state held once per request (padded pages)
+    state_blocks_per_request: int = 1  # per state group: 2 with prefix caching (mamba_cache_mode "align")
     notes: list[str] = field(default_factory=list)
+
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks one request of `tokens` tokens takes from the pool."""
+        return _blocks_for(self.groups, self.block_size, self.state_blocks_per_request, tokens)
 
     def to_json(self) -> dict:
         return {"memory_bytes": self.memory_bytes, "bytes_per_token": self.kv_bytes_per_token,
@@ -74,6 +79,10 @@ def _state_page(shape: ModelShape, model_dtype_bytes: int, state_dtype_bytes: in
     pages = {(r.state_elements // tp) * state_dtype_bytes + (r.conv_elements // tp) * model_dtype_bytes
              for r in shape.recurrent}
     return max(pages) if pages else 0
+
+
+def _blocks_for(groups: list[tuple[str, int]], block_size: int, state_blocks: int, tokens: int) -> int:
+    return sum(cdiv(tokens, block_size) if kind == "attention" else state_blocks for kind, _ in groups)
 
 
 def _groups(buckets: dict[str, int]) -> tuple[list[tuple[str, int]], int]:
@@ -98,9 +107,8 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
     if any(layer.window for layer in shape.attention):
         raise RooflineError("sliding-window attention: its KV pages are not modelled yet")
     notes: list[str] = []
-    kv_heads = {max(1, layer.kv_heads // tp) for layer in shape.attention}
-    per_token_page = max((int(h * (layer.head_dim + layer.value_dim) * kv_dtype_bytes)
-                          for layer in shape.attention for h in kv_heads), default=0)
+    per_token_page = max((int(max(1, layer.kv_heads // tp) * (layer.head_dim + layer.value_dim) * kv_dtype_bytes)
+                          for layer in shape.attention), default=0)
     block = block_size or layout.default_block_size
     state_page = _state_page(shape, model_dtype_bytes, state_dtype_bytes, tp)
     padded_state = state_page
@@ -125,8 +133,7 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
     bytes_per_block = max(page[kind] * n for kind, n in groups)
     num_blocks = memory_bytes // bytes_per_block
     state_blocks = 2 if prefix_caching else 1
-    blocks_per_request = sum(cdiv(max_model_len, block) if kind == "attention" else state_blocks
-                             for kind, _ in groups)
+    blocks_per_request = _blocks_for(groups, block, state_blocks, max_model_len)
     max_concurrency = num_blocks / blocks_per_request
     padding = sum(n for _, n in groups) - len(shape.attention) - len(shape.recurrent)
     if padding:
@@ -138,4 +145,5 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
                       num_blocks=num_blocks, blocks_per_request=blocks_per_request, max_model_len=max_model_len,
                       max_concurrency=max_concurrency, tokens=int(max_concurrency * max_model_len),
                       kv_bytes_per_token=kv_per_token,
-                      state_bytes_per_request=padded_state * len(shape.recurrent), notes=notes)
+                      state_bytes_per_request=padded_state * len(shape.recurrent),
+                      state_blocks_per_request=state_blocks, notes=notes)

@@ -86,7 +86,8 @@ def distinct_experts(num_experts: int, top_k: int, tokens: float) -> float:
     return num_experts * (1 - (1 - min(top_k, num_experts) / num_experts) ** tokens)
 
 
-def _dtype_bytes(name: str) -> float:
+def dtype_bytes(name: str) -> float:
+    """Bytes per element of a torch dtype name ("bfloat16", "torch.float32", ...)."""
     st = TORCH_DTYPES.get(str(name).replace("torch.", ""), "BF16")
     return DTYPE_BITS[st] / 8
 
@@ -141,8 +142,8 @@ def compute_traffic(inventory: Inventory, scenario: Scenario) -> Traffic:
     shape = inventory.shape
     kv_per_seq = sum(layer.kv_elements_per_token() * min(scenario.context, layer.window or scenario.context)
                      for layer in shape.attention) * kv_bytes
-    state_bytes = _dtype_bytes(shape.state_dtype)
-    conv_bytes = _dtype_bytes(shape.dtype)
+    state_bytes = dtype_bytes(shape.state_dtype)
+    conv_bytes = dtype_bytes(shape.dtype)
     # recurrent state is read and written back every step
     state_per_seq = sum(2 * (r.state_elements * state_bytes + r.conv_elements * conv_bytes) for r in shape.recurrent)
     notes = []
