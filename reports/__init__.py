@@ -1,12 +1,14 @@
 """The HTML report: one self-contained page made from the JSON the commands already produce.
 
-    render_report(audit_json, plan_json=None, validation_rows=None, cdn=False) -> str
-    write_audit_report(result, path, cdn=False, plan=None, validation=None) -> int (bytes written)
-    add_to_report(path, plan=None, validation=None, cdn=None) -> int
+    render_report(audit_json, plan_json=None, validation_rows=None, cdn=False, **sections) -> str
+    write_audit_report(result, path, cdn=False, **sections) -> int (bytes written)
+    add_to_report(path, cdn=None, **sections) -> int
+    update_report(path, audit, cdn=False, **sections) -> int
 
-The page embeds its own data (audit, plan, validation) as JSON, so `plan` and `validate` can add
-their sections to a report that `audit --html` wrote earlier (add_to_report). plotly is imported
-only here, when a report is made: the CLI stays light.
+Sections (SECTIONS): plan, validation, compare, doctor, capacity, each the JSON its command prints.
+The page embeds its own data as JSON, so a command can add its section to a report that
+`audit --html` wrote earlier (add_to_report). plotly is imported only here, when a report is made:
+the CLI stays light.
 """
 from __future__ import annotations
 
@@ -20,18 +22,30 @@ from roofline.errors import RooflineError
 from .page import DATA_ELEMENT_ID, render_page
 from .view import as_rows, report_data
 
-__all__ = ["render_report", "write_audit_report", "add_to_report", "read_report_data"]
+__all__ = ["render_report", "write_audit_report", "add_to_report", "update_report", "read_report_data"]
+
+# the sections a report can hold besides the audit, in the order the page shows them
+SECTIONS = ("plan", "validation", "compare", "doctor", "capacity")
 
 
-def render_report(audit_json: dict, plan_json=None, validation_rows=None, cdn: bool = False, compare_json=None,
-                  doctor_json=None, capacity_json=None) -> str:
+def _sections(given: dict) -> dict:
+    unknown = set(given) - set(SECTIONS)
+    if unknown:
+        raise TypeError(f"unknown report section(s): {', '.join(sorted(unknown))}")
+    return {name: given.get(name) for name in SECTIONS}
+
+
+def _render(audit_json: dict, sections: dict, cdn: bool) -> str:
+    data = report_data(audit_json, **sections)
+    return render_page(data, cdn=cdn, embedded={"audit": audit_json, **sections, "cdn": bool(cdn)})
+
+
+def render_report(audit_json: dict, plan_json=None, validation_rows=None, cdn: bool = False, **sections) -> str:
     """HTML of the report. plan_json: `roofline plan --json` output (an object holding ranked
     rows, or the list of rows); validation_rows: predicted-vs-measured records (a list of
-    objects). Sections without data are left out."""
-    data = report_data(audit_json, plan_json, validation_rows, compare_json, doctor_json, capacity_json)
-    embedded = {"audit": audit_json, "plan": plan_json, "validation": validation_rows, "compare": compare_json,
-                "doctor": doctor_json, "capacity": capacity_json, "cdn": bool(cdn)}
-    return render_page(data, cdn=cdn, embedded=embedded)
+    objects); the other sections by name (compare=, doctor=, capacity=). Sections without data are
+    left out."""
+    return _render(audit_json, _sections({**sections, "plan": plan_json, "validation": validation_rows}), cdn)
 
 
 def _audit_json(result) -> dict:
@@ -43,11 +57,9 @@ def _audit_json(result) -> dict:
     return to_json()
 
 
-def write_audit_report(result, path, cdn: bool = False, plan=None, validation=None, compare=None, doctor=None,
-                       capacity=None) -> int:
+def write_audit_report(result, path, cdn: bool = False, **sections) -> int:
     """Write the report for an AuditResult (or its to_json() dict) to path; returns its size."""
-    return _write(path, render_report(_audit_json(result), plan, validation, cdn=cdn, compare_json=compare,
-                                      doctor_json=doctor, capacity_json=capacity))
+    return _write(path, _render(_audit_json(result), _sections(sections), cdn))
 
 
 def read_report_data(path) -> dict:
@@ -69,36 +81,28 @@ def read_report_data(path) -> dict:
     return data
 
 
-def add_to_report(path, plan=None, validation=None, cdn: bool | None = None, compare=None, doctor=None,
-                  capacity=None) -> int:
-    """Add (or replace) the plan and/or validation sections of an existing report, keeping
-    what it had. Validation rows are appended to those already there."""
+def add_to_report(path, cdn: bool | None = None, **sections) -> int:
+    """Add (or replace) sections of an existing report, keeping what it had. Validation rows are
+    appended to those already there."""
     data = read_report_data(path)
-    if plan is not None:
-        data["plan"] = plan
-    if validation is not None:
-        data["validation"] = as_rows(data.get("validation"), "validation") + as_rows(validation, "validation")
-    if compare is not None:
-        data["compare"] = compare
-    if doctor is not None:
-        data["doctor"] = doctor
-    if capacity is not None:
-        data["capacity"] = capacity
+    kept = _sections({name: data.get(name) for name in SECTIONS})
+    for name, value in _sections(sections).items():
+        if value is None:
+            continue
+        kept[name] = (as_rows(kept["validation"], "validation") + as_rows(value, "validation")
+                      if name == "validation" else value)
     use_cdn = bool(data.get("cdn")) if cdn is None else cdn
-    return _write(path, render_report(data["audit"], data.get("plan"), data.get("validation"), cdn=use_cdn,
-                                      compare_json=data.get("compare"), doctor_json=data.get("doctor"),
-                                      capacity_json=data.get("capacity")))
+    return _write(path, _render(data["audit"], kept, use_cdn))
 
 
-def update_report(path, audit, *, plan=None, validation=None, compare=None, doctor=None, capacity=None,
-                  cdn: bool = False) -> int:
-    """What `plan --html`, `validate --html`, `compare --html` and `doctor --html` and `capacity --html` do: add their section to the
-    report already at path (an earlier `audit --html`), or write a new report of `audit` with it."""
+def update_report(path, audit, *, cdn: bool = False, **sections) -> int:
+    """What `plan --html`, `validate --html`, `compare --html`, `doctor --html` and `capacity --html`
+    do: add their section to the report already at path (an earlier `audit --html`), or write a new
+    report of `audit` with it."""
     if os.path.isfile(path):
         read_report_data(path)  # a file that is not a roofline report is an error, not overwritten
-        return add_to_report(path, plan=plan, validation=validation, compare=compare, doctor=doctor, capacity=capacity)
-    return write_audit_report(audit, path, cdn=cdn, plan=plan, validation=validation, compare=compare, doctor=doctor,
-                              capacity=capacity)
+        return add_to_report(path, **sections)
+    return write_audit_report(audit, path, cdn=cdn, **sections)
 
 
 def _write(path, page: str) -> int:

@@ -133,6 +133,7 @@ def _only_dicts(rows: list, what: str) -> list[dict]:
 
 
 def report_data(audit: dict, plan=None, validation=None, compare=None, doctor=None, capacity=None) -> ReportData:
+    """The page's view of the audit and each section (reports.SECTIONS), every one tolerant of absence."""
     if not isinstance(audit, dict) or "bytes_per_token" not in audit:
         raise RooflineError("report: the audit JSON has no bytes_per_token (is it `roofline audit --json` output?)")
     plan_rows, plan_doc = _rows_of(plan, "plan")
