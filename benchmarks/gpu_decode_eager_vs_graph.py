@@ -15,9 +15,23 @@ bytes read per step (weights touched + KV + recurrent state), eager ms/step (wal
 host sync a sampler needs), graph ms/step (replay of the captured step), and the prediction
 of roofline's CUDA-graph model from the per-kernel numbers of gpu_launch_cost.py.
 
+Tensor parallelism (started with torchrun, one process per GPU): every layer is split the way
+vLLM's Megatron-style layers split it — q/k/v, gate/up, the GDN in-projections, every expert's
+intermediate and the vocab are column-parallel (each rank holds 1/TP), o_proj / out_proj / down /
+the experts' w2 are row-parallel and followed by one all-reduce of the hidden state (two per
+layer: mixer and MLP; the MoE's routed and shared experts are summed before their one
+all-reduce, as vLLM's Qwen MoE blocks do), the vocab-parallel embedding ends in an all-reduce and
+the vocab-parallel lm_head in an all-gather of the logits. KV heads split while there are enough
+of them, then replicate (max(1, kv_heads // TP) per rank), like QKVParallelLinear. Routers and
+norms are replicated. Collectives are NCCL through torch.distributed (vLLM would use its custom
+all-reduce on NVLink inside one box; this measures NCCL, the collective it uses across boxes).
+
 Run on the GPU machine:
   python3 benchmarks/gpu_decode_eager_vs_graph.py --out DIR [--launch-json DIR/launch.json]
-Writes DIR/decode.json and DIR/trace_<model>.json.gz (torch profiler trace of one eager step).
+  torchrun --nproc-per-node 2 benchmarks/gpu_decode_eager_vs_graph.py --out DIR   # TP=2
+Writes DIR/decode.json (DIR/decode_tp<N>.json under torchrun) and DIR/trace_<model>.json.gz
+(torch profiler trace of one eager step, rank 0).
+Check the code on a CPU: --smoke (TP=1), or under torchrun with --smoke (gloo, TP=N).
 """
 from __future__ import annotations
 
@@ -32,11 +46,14 @@ import statistics
 import time
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 DTYPE = torch.bfloat16
 DEVICE = "cuda"  # --smoke runs the model code on the CPU (no timing) to check it before a GPU run
 ANNOTATE = False  # record_function ranges only while profiling (they cost host time)
+TP_SIZE = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun sets it: one process per GPU
+TP_RANK = int(os.environ.get("RANK", "0"))
 
 
 def region(name: str):
@@ -102,6 +119,21 @@ def rms_norm(x, weight, eps=1e-6):
     return weight * x.to(dtype)
 
 
+def shard(size: int) -> int:
+    """This rank's part of a dimension vLLM splits across TP ranks (its divide() refuses a remainder)."""
+    if size % TP_SIZE:
+        raise SystemExit(f"error: {size} is not divisible by TP={TP_SIZE}")
+    return size // TP_SIZE
+
+
+def all_reduce(x, name):
+    """The all-reduce that ends a row-parallel linear (a no-op at TP=1)."""
+    if TP_SIZE > 1:
+        with region(name):
+            dist.all_reduce(x)
+    return x
+
+
 def rotate_half(x):
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -112,6 +144,7 @@ class Attention:
     rotary, over a static bf16 KV cache of `context` tokens."""
 
     def __init__(self, hidden, heads, kv_heads, head_dim, context, rotary_dim=None, gated=False):
+        heads, kv_heads = shard(heads), max(1, kv_heads // TP_SIZE)
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.gated = gated
         self.rotary_dim = rotary_dim or head_dim
@@ -167,6 +200,7 @@ class GatedDeltaNet:
     gated RMSNorm, out projection."""
 
     def __init__(self, hidden, key_heads, value_heads, key_dim, value_dim, conv_kernel):
+        key_heads, value_heads = shard(key_heads), shard(value_heads)
         self.nk, self.nv, self.dk, self.dv = key_heads, value_heads, key_dim, value_dim
         self.conv_dim = 2 * key_heads * key_dim + value_heads * value_dim
         self.in_proj_qkvz = param(self.conv_dim + value_heads * value_dim, hidden)
@@ -221,6 +255,7 @@ class GatedDeltaNet:
 
 class DenseMLP:
     def __init__(self, hidden, inter):
+        inter = shard(inter)
         self.gate, self.up, self.down = param(inter, hidden), param(inter, hidden), param(hidden, inter)
 
     def weight_bytes(self):
@@ -236,6 +271,7 @@ class MoE:
     sigmoid gate (Qwen3-Next / 3.5 / 3.6)."""
 
     def __init__(self, hidden, experts, top_k, inter, shared_inter=0):
+        inter = shard(inter)  # every expert is split; DenseMLP splits the shared expert itself
         self.top_k, self.inter = top_k, inter
         self.router = param(experts, hidden)
         self.w13 = param(experts, 2 * inter, hidden)
@@ -277,8 +313,9 @@ class Model:
     def __init__(self, spec: dict, layers: int, context: int):
         hidden, vocab = spec["hidden"], spec["vocab"]
         self.spec, self.context = spec, context
-        self.embed = param(vocab, hidden)
-        self.lm_head = param(vocab, hidden)
+        self.vocab_start = TP_RANK * shard(vocab)
+        self.embed = param(shard(vocab), hidden)
+        self.lm_head = param(shard(vocab), hidden)
         self.final_norm = torch.ones(hidden, device=DEVICE, dtype=DTYPE)
         head_dim = spec["head_dim"]
         rotary = int(head_dim * spec.get("partial_rotary", 1.0))
@@ -320,7 +357,14 @@ class Model:
 
     def step(self):
         with region("model.embed_tokens"):
-            x = F.embedding(self.token, self.embed)
+            if TP_SIZE > 1:  # vocab-parallel: the rank holding the row looks it up, the others add zeros
+                local = self.token - self.vocab_start
+                inside = (local >= 0) & (local < self.embed.shape[0])
+                x = F.embedding(local.clamp(0, self.embed.shape[0] - 1), self.embed) * inside.unsqueeze(-1)
+            else:
+                x = F.embedding(self.token, self.embed)
+        x = all_reduce(x, "model.embed_tokens.all_reduce")
+        with region("model.rotary"):
             cos = self.cos.index_select(0, self.position).view(1, 1, 1, -1)
             sin = self.sin.index_select(0, self.position).view(1, 1, 1, -1)
         for i, (mixer, mlp, (norm_in, norm_post)) in enumerate(self.layers):
@@ -331,17 +375,24 @@ class Model:
                 h = mixer(h, cos, sin, self.position, prefix)
             else:
                 h = mixer(h, prefix)
+            h = all_reduce(h, prefix + "mixer.all_reduce")
             with region(prefix + "residual"):
                 x = x + h
             with region(prefix + "post_attention_layernorm"):
                 h = rms_norm(x, norm_post)
             h = mlp(h, prefix)
+            h = all_reduce(h, prefix + "mlp.all_reduce")
             with region(prefix + "residual"):
                 x = x + h
         with region("model.norm"):
             x = rms_norm(x, self.final_norm)
         with region("lm_head"):
             logits = F.linear(x, self.lm_head)
+        if TP_SIZE > 1:
+            with region("lm_head.all_gather"):
+                parts = [torch.empty_like(logits) for _ in range(TP_SIZE)]
+                dist.all_gather(parts, logits)
+                logits = torch.cat(parts, dim=-1)
         with region("sampler"):
             self.token.copy_(torch.argmax(logits, dim=-1))
         return self.token
@@ -394,6 +445,7 @@ def attribute_trace(trace: dict) -> dict:
     per_layer: dict[str, int] = {}
     per_part: dict[str, int] = {}
     gpu_us_layer: dict[str, float] = {}
+    gpu_us_part: dict[str, float] = {}
     for name, durations in per_range.items():
         if name.startswith("model.layers."):
             layer, part = name.split(".")[2], ".".join(name.split(".")[3:])
@@ -402,8 +454,11 @@ def attribute_trace(trace: dict) -> dict:
         per_layer[layer] = per_layer.get(layer, 0) + len(durations)
         per_part[part] = per_part.get(part, 0) + len(durations)
         gpu_us_layer[layer] = gpu_us_layer.get(layer, 0.0) + sum(durations)
+        gpu_us_part[part] = gpu_us_part.get(part, 0.0) + sum(durations)
+    collective_us = sum(us for part, us in gpu_us_part.items() if part.endswith(("all_reduce", "all_gather")))
     return {"kernels_total": len(kernels), "gpu_busy_us": sum(float(k.get("dur", 0.0)) for k in kernels),
-            "per_layer": per_layer, "per_part_summed_over_layers": per_part, "gpu_us_per_layer": gpu_us_layer}
+            "per_layer": per_layer, "per_part_summed_over_layers": per_part, "gpu_us_per_layer": gpu_us_layer,
+            "gpu_us_per_part_summed_over_layers": gpu_us_part, "collective_gpu_us": collective_us}
 
 
 def profile_step(model: Model, trace_path: str) -> dict:
@@ -418,12 +473,13 @@ def profile_step(model: Model, trace_path: str) -> dict:
         model.step()
         torch.cuda.synchronize()
     ANNOTATE = False
-    raw = trace_path[:-3]
+    raw = f"{trace_path[:-3]}.rank{TP_RANK}"
     prof.export_chrome_trace(raw)
     with open(raw, encoding="utf-8") as f:
         trace = json.load(f)
-    with open(raw, "rb") as src, gzip.open(trace_path, "wb") as dst:
-        shutil.copyfileobj(src, dst)
+    if TP_RANK == 0:
+        with open(raw, "rb") as src, gzip.open(trace_path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
     os.remove(raw)
     return attribute_trace(trace)
 
@@ -486,6 +542,8 @@ def predict(profile: dict, nbytes: int, launch: dict | None, bandwidth_gbps: flo
 def smoke(names) -> None:
     global DEVICE, DTYPE, MOE_PATH
     DEVICE, DTYPE = "cpu", torch.float32
+    if TP_SIZE > 1:
+        dist.init_process_group(backend="gloo")
     for path in ("gather_bmm",) + (("triton",) if HAVE_TRITON and os.environ.get("TRITON_INTERPRET") else ()):
         MOE_PATH = path
         for name in names:
@@ -494,7 +552,15 @@ def smoke(names) -> None:
             model = Model(spec, 4, 16)
             for _ in range(2):
                 token = model.step()
-            print(name, path, "ok", int(token), model.bytes_per_step())
+            if TP_SIZE > 1:  # every rank must sample the same token from the gathered logits
+                tokens = [torch.zeros_like(token) for _ in range(TP_SIZE)]
+                dist.all_gather(tokens, token)
+                if len({int(t) for t in tokens}) != 1:
+                    raise SystemExit(f"error: ranks sampled different tokens: {[int(t) for t in tokens]}")
+            if TP_RANK == 0:
+                print(name, path, f"tp={TP_SIZE}", "ok", int(token), model.bytes_per_step())
+    if TP_SIZE > 1:
+        dist.destroy_process_group()
 
 
 def main() -> None:
@@ -513,6 +579,10 @@ def main() -> None:
         return
     if not torch.cuda.is_available():
         raise SystemExit("error: needs a CUDA GPU")
+    if TP_SIZE > 1:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend="nccl")
+        dist.all_reduce(torch.ones(1, device=DEVICE))  # bring NCCL's communicator up before any capture
     launch = None
     if args.launch_json and os.path.exists(args.launch_json):
         with open(args.launch_json, encoding="utf-8") as f:
@@ -520,7 +590,11 @@ def main() -> None:
     bandwidth = launch["gemv_bandwidth"]["gbps"] if launch else None
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
-    results = {"moe_path": MOE_PATH, "context": args.context, "steps": args.steps, "models": {}}
+    results = {"moe_path": MOE_PATH, "context": args.context, "steps": args.steps, "tp": TP_SIZE,
+               "collectives": "nccl (torch.distributed)" if TP_SIZE > 1 else None,
+               "nccl_env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
+               "models": {}}
+    out_name = "decode.json" if TP_SIZE == 1 else f"decode_tp{TP_SIZE}.json"
 
     # check the Triton MoE GEMV against gather + bmm once; fall back if it is wrong or fails
     if MOE_PATH == "triton":
@@ -562,7 +636,11 @@ def main() -> None:
             "build_s": time.perf_counter() - t0,
         }
         results["models"][name] = row
-        print(f"{name}: layers={layers} kernels/step={prof['kernels_total']} "
+        if TP_RANK:
+            del graph, model
+            torch.cuda.empty_cache()
+            continue
+        print(f"{name}: tp={TP_SIZE} layers={layers} kernels/step={prof['kernels_total']} "
               f"bytes/step={nbytes['total'] / 1e9:.3f} GB gpu_busy={prof['gpu_busy_us'] / 1e3:.2f} ms "
               f"eager={eager['wall_ms']:.2f} ms (issue {eager['issue_ms']:.2f}) graph={graph_t['wall_ms']:.2f} ms "
               f"benefit={row['benefit']:.2f}x", flush=True)
@@ -572,10 +650,13 @@ def main() -> None:
                   f"(whole-step max {p['eager_ms_whole_step_max']:.2f})", flush=True)
         del graph, model
         torch.cuda.empty_cache()
-        with open(os.path.join(args.out, "decode.json"), "w", encoding="utf-8") as f:
+        with open(os.path.join(args.out, out_name), "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)
+    if TP_RANK:
+        dist.destroy_process_group()
+        return
 
-    print(f"\nMoE path: {results['moe_path']}")
+    print(f"\nMoE path: {results['moe_path']}, TP={TP_SIZE}")
     print(f"{'model':<24} {'layers':>6} {'k/step':>7} {'k/layer':>8} {'GB/step':>8} {'eager ms':>9} "
           f"{'graph ms':>9} {'benefit':>8} {'pred eager':>10} {'pred graph':>10}")
     for name, row in results["models"].items():
@@ -583,7 +664,10 @@ def main() -> None:
         print(f"{name:<24} {row['layers']:>6} {row['profile']['kernels_total']:>7} "
               f"{row['profile']['kernels_total'] / row['layers']:>8.1f} {row['bytes_per_step']['total'] / 1e9:>8.3f} "
               f"{row['eager']['wall_ms']:>9.2f} {row['graph']['wall_ms']:>9.2f} {row['benefit']:>8.2f} "
-              f"{p.get('eager_ms_sum_of_layer_max', math.nan):>10.2f} {p.get('graph_ms', math.nan):>10.2f}")
+              f"{p.get('eager_ms_sum_of_layer_max', math.nan):>10.2f} {p.get('graph_ms', math.nan):>10.2f}"
+              f"  collectives {row['profile']['collective_gpu_us'] / 1e3:.2f} ms GPU")
+    if TP_SIZE > 1:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

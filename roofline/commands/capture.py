@@ -13,20 +13,29 @@ from . import types
               show_default=True, help="Capture JSON to write.")
 @click.option("--timeout", type=types.SECONDS, default=1800.0, show_default=True,
               help="Seconds to wait for vLLM to load the model.")
+@click.option("--tp", type=types.TP_RANKS, default=None,
+              help="Tensor-parallel ranks (vLLM's --tensor-parallel-size); one record per rank, merged.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream vLLM's output.")
-def command(model, vllm_args, out, timeout, verbose):
+def command(model, vllm_args, out, timeout, tp, verbose):
     """Load MODEL in vLLM (offline engine) with the roofline plugin, record what every worker
     (each TP / PP rank) loaded: per module the quant method, scheme, chosen kernels and every
     tensor's dtype, shape and bytes; then shut vLLM down and write one JSON.
 
     Engine arguments after `--` go to vLLM unchanged, e.g.
 
-        roofline capture Qwen/Qwen3-8B -- --tensor-parallel-size 2 --max-model-len 4096
+        roofline capture Qwen/Qwen3-8B --tp 2 -- --max-model-len 4096
+        roofline capture Qwen/Qwen3-8B --tp 2 -- --distributed-executor-backend ray   # on a Ray cluster
 
     Then: roofline audit --from-vllm capture.json
     """
+    from roofline.errors import RooflineError
     from roofline.live.capture import run_capture
 
-    result = run_capture(model, list(vllm_args), out, timeout=timeout, verbose=verbose)
+    vllm_args = list(vllm_args)
+    if tp is not None:
+        if any(a == "--tensor-parallel-size" or a.startswith(("--tensor-parallel-size=", "-tp")) for a in vllm_args):
+            raise RooflineError("give the TP size once: --tp or vLLM's --tensor-parallel-size after --")
+        vllm_args += ["--tensor-parallel-size", str(tp)]
+    result = run_capture(model, vllm_args, out, timeout=timeout, verbose=verbose)
     click.echo(f"wrote {result.path}: {result.world_size} rank(s), {result.modules} modules "
                f"({result.seconds:.0f} s)")

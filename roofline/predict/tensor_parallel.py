@@ -39,17 +39,37 @@ class Link:
     source: str
     max_ranks: int = 2  # the most devices this link joins, as the table describes it
     ranks_per_box: int = 1  # devices in one box (GB10: one; an HGX board: eight)
+    scope: str = "box"  # "box": inside one box; "network": between boxes
+    latency_kind: str = "estimate"
+    collective: str = "NCCL"
+    network_for: tuple[str, ...] = ()
 
     def boxes(self, ranks: int) -> int:
         return -(-ranks // self.ranks_per_box)
+
+    def collective_seconds(self, message_bytes: float, factor: float) -> float:
+        """One collective on this link: its latency plus `factor` x message / bandwidth (factor:
+        2(n-1)/n for an all-reduce, (n-1)/n for an all-gather, 1 for a send)."""
+        return self.latency_us * 1e-6 + factor * message_bytes / (self.bandwidth_gbps * 1e9)
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "name": self.name, "scope": self.scope, "bandwidth_gbps": self.bandwidth_gbps,
+                "latency_us": self.latency_us, "latency_kind": self.latency_kind, "collective": self.collective,
+                "source": self.source}
+
+
+def allreduce_factor(ranks: int) -> float:
+    return 2 * (ranks - 1) / ranks
 
 
 @functools.lru_cache(maxsize=1)
 def links() -> dict[str, Link]:
     out = {}
-    for key, entry in load_table("rules").get("link", {}).items():
+    for key, entry in load_table("hardware").get("link", {}).items():
         out[key] = Link(key, entry["name"], float(entry["bandwidth_gbps"]), float(entry["latency_us"]),
-                        entry["engine"], entry["source"], int(entry["max_ranks"]), int(entry["ranks_per_box"]))
+                        entry["engine"], entry["source"], int(entry["max_ranks"]), int(entry["ranks_per_box"]),
+                        entry["scope"], entry["latency_kind"], entry["collective"],
+                        tuple(entry.get("network_for", ())))
     return out
 
 
@@ -70,12 +90,19 @@ _RULES = {
 }
 
 
-def tp_refusal(config: dict, ranks: int) -> str | None:
+def config_value(config: dict, fields: list[str]):
+    return _config_value(config, fields)
+
+
+def tp_refusal(config: dict, ranks: int, expert_parallel: bool = False) -> str | None:
     """vLLM's reason for refusing tensor parallelism over `ranks` for this config (the rules of
-    roofline/data/parallel.toml, from vLLM's own checks), or None when vLLM accepts it."""
+    roofline/data/parallel.toml, from vLLM's own checks), or None when vLLM accepts it. With expert
+    parallelism the rules that split experts do not apply (each rank holds whole experts)."""
     if ranks <= 1:
         return None
     for rule in load_table("parallel")["tp_rule"]:
+        if expert_parallel and rule.get("experts"):
+            continue
         value = _config_value(config, rule["fields"])
         if value is not None and not _RULES[rule["rule"]](value, ranks):
             return rule["message"].format(value=value, tp=ranks)
@@ -87,15 +114,25 @@ def link_refusal(link: Link, ranks: int) -> str | None:
     if ranks <= link.max_ranks:
         return None
     return (f"TP={ranks} needs {link.boxes(ranks)} box{'es' if link.boxes(ranks) > 1 else ''}, but "
-            f"{link.name} joins at most {link.max_ranks} devices as roofline/data/rules.toml describes it "
-            f"(add a [link.*] entry for a larger topology)")
+            f"{link.name} joins at most {link.max_ranks} devices as roofline/data/hardware.toml describes it "
+            f"(add a [link.*] entry to roofline/data/hardware.toml for a larger topology)")
 
 
 def default_link(hardware: Hardware) -> Link:
-    for key, entry in load_table("rules").get("link", {}).items():
+    for key, entry in load_table("hardware").get("link", {}).items():
         if hardware.key in entry.get("default_for", ()):
             return links()[key]
     return links()["pcie5"]
+
+
+def network_link(hardware: Hardware, boxes: int = 2) -> Link:
+    """The link between boxes of this hardware (hardware.toml [link.*] network_for): the first
+    that joins `boxes` of them (two Sparks: the direct cable; more: through a switch)."""
+    candidates = [link for link in links().values() if link.scope == "network" and hardware.key in link.network_for]
+    for link in candidates:
+        if link.max_ranks >= boxes:
+            return link
+    return candidates[0] if candidates else links()["ethernet-100g"]
 
 
 def get_link(name: str | None, hardware: Hardware) -> Link:
@@ -177,7 +214,7 @@ def tensor_parallel(inventory: Inventory, traffic: Traffic, hardware: Hardware, 
     tokens_out = batch * traffic.tokens_per_step
     count = allreduces_per_step(inventory) if ranks > 1 else 0
     message = inventory.shape.hidden_size * ACTIVATION_BYTES * tokens_in_step
-    one = link.latency_us * 1e-6 + 2 * (ranks - 1) / ranks * message / (link.bandwidth_gbps * 1e9) if ranks > 1 else 0.0
+    one = link.collective_seconds(message, allreduce_factor(ranks)) if ranks > 1 else 0.0
     comm = count * one
     bandwidth = hardware.bandwidth_gbps * 1e9
     memory_seconds = per_token * tokens_out / bandwidth
