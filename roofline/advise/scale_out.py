@@ -134,7 +134,7 @@ def commands(model_id: str, topology: Topology, boxes: int, network: Link | None
         out.append("export NCCL_SOCKET_IFNAME=<ConnectX-7 interface> NCCL_IB_HCA=<its RoCE devices>"
                    "   # every box, before ray start (else NCCL takes the management port)")
     return out + [f"ray start --head --port={RAY_PORT}   # box 1 (head)",
-                  f"ray start --address=<head-ip>:{RAY_PORT}   # boxes 2..{boxes}",
+                  f"ray start --address=<head-ip>:{RAY_PORT}   # " + (f"boxes 2..{boxes}" if boxes > 2 else "box 2"),
                   f"vllm serve {model_id} " + " ".join(flags) + "   # box 1"]
 
 
