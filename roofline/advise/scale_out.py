@@ -93,25 +93,24 @@ class ScaleOutPlan:
         }
 
 
+def _named_link(name: str, scope: str) -> Link:
+    """--link / --network by its hardware.toml key, of the scope it is asked for."""
+    link = links().get(name)
+    if link is None or link.scope != scope:
+        known = ", ".join(k for k, v in links().items() if v.scope == scope)
+        raise RooflineError(f"unknown {'in-box' if scope == 'box' else 'network'} link {name!r}; known: {known}")
+    return link
+
+
 def _in_box_link(hardware: Hardware, name: str | None) -> Link:
     if name:
-        link = links().get(name)
-        if link is None or link.scope != "box":
-            known = ", ".join(k for k, v in links().items() if v.scope == "box")
-            raise RooflineError(f"unknown in-box link {name!r}; known: {known}")
-        return link
+        return _named_link(name, "box")
     link = default_link(hardware)
     return link if link.scope == "box" else links()["pcie5"]
 
 
 def _network_link(hardware: Hardware, name: str | None, boxes: int) -> Link:
-    if name:
-        link = links().get(name)
-        if link is None or link.scope != "network":
-            known = ", ".join(k for k, v in links().items() if v.scope == "network")
-            raise RooflineError(f"unknown network link {name!r}; known: {known}")
-        return link
-    return network_link(hardware, boxes)
+    return _named_link(name, "network") if name else network_link(hardware, boxes)
 
 
 def commands(model_id: str, topology: Topology, boxes: int, network: Link | None) -> list[str]:
