@@ -37,6 +37,7 @@ from .tensor_parallel import (
     SHARDED_ROLES,
     Link,
     allreduce_factor,
+    SIZE_RULES,
     config_value,
     tp_refusal,
 )
@@ -89,9 +90,6 @@ def topologies(devices: int, moe: bool) -> list[Topology]:
     return out
 
 
-_AT_LEAST = {"at_least": lambda value, size: value >= size}
-
-
 def refusal(config: dict, topology: Topology) -> str | None:
     """vLLM's reason for refusing this split of the config (roofline/data/parallel.toml), or None."""
     reason = tp_refusal(config, topology.tp, expert_parallel=topology.expert_parallel)
@@ -103,7 +101,7 @@ def refusal(config: dict, topology: Topology) -> str | None:
         checks += [(rule, topology.ep, "ep") for rule in table.get("ep_rule", ())]
     for rule, size, name in checks:
         value = config_value(config, rule["fields"])
-        if value is not None and size > 1 and not _AT_LEAST[rule["rule"]](value, size):
+        if value is not None and size > 1 and not SIZE_RULES[rule["rule"]](value, size):
             return rule["message"].format(value=value, **{name: size})
     return None
 
@@ -129,13 +127,6 @@ class Placement:
     tp_link: Link | None
     pp_link: Link | None
     ep_link: Link | None
-
-    def links(self) -> list[Link]:
-        seen: dict[str, Link] = {}
-        for link in (self.tp_link, self.pp_link, self.ep_link):
-            if link is not None:
-                seen.setdefault(link.key, link)
-        return list(seen.values())
 
 
 def place(topology: Topology, ranks_per_box: int, in_box: Link | None, network: Link | None) -> Placement:
@@ -289,7 +280,7 @@ def step_cost(inventory: Inventory, hardware: Hardware, topology: Topology, plac
     graphs = graphs_apply(hardware)
     floor_s = launch_costs(hardware).graph_floor_us_per_kernel * 1e-6 if graphs else 0.0
     bandwidth = hardware.bandwidth_gbps * 1e9 * hardware.efficiency
-    peak = _tensor_flops(hardware, inventory)
+    peak = hardware.tensor_tflops.get("bf16", 0.0) * 1e12  # 0: none stated, no compute roof
     message = shape.hidden_size * ACTIVATION_BYTES * micro
     for index, stage in enumerate(stages):
         stage.memory_s = stage.bytes_per_step / bandwidth
@@ -302,12 +293,6 @@ def step_cost(inventory: Inventory, hardware: Hardware, topology: Topology, plac
         handoff = Collective("pp", "send", "stage hand-off (hidden state + residual)", pp - 1, hand_bytes,
                              placement.pp_link.key, placement.pp_link.collective_seconds(hand_bytes, 1.0))
     return StepCost(stages, handoff, micro_batches, micro)
-
-
-def _tensor_flops(hardware: Hardware, inventory: Inventory) -> float:
-    """The device's dense BF16 tensor throughput, FLOP/s (0: none stated, so no compute roof)."""
-    tflops = getattr(hardware, "tensor_tflops", None) or {}
-    return float(tflops.get("bf16", 0.0)) * 1e12 if isinstance(tflops, dict) else 0.0
 
 
 def _layer_kinds(inventory: Inventory, layers: range) -> tuple[int, int, int]:

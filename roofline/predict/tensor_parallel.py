@@ -73,7 +73,7 @@ def links() -> dict[str, Link]:
     return out
 
 
-def _config_value(config: dict, fields: list[str]):
+def config_value(config: dict, fields: list[str]):
     inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     for section in (inner, config):
         for field in fields:
@@ -83,15 +83,11 @@ def _config_value(config: dict, fields: list[str]):
     return None
 
 
-_RULES = {
+SIZE_RULES = {
     "divides": lambda value, tp: value % tp == 0,
     "kv_heads": lambda value, tp: value % tp == 0 if tp <= value else tp % value == 0,
     "at_least": lambda value, tp: value >= tp,
 }
-
-
-def config_value(config: dict, fields: list[str]):
-    return _config_value(config, fields)
 
 
 def tp_refusal(config: dict, ranks: int, expert_parallel: bool = False) -> str | None:
@@ -103,8 +99,8 @@ def tp_refusal(config: dict, ranks: int, expert_parallel: bool = False) -> str |
     for rule in load_table("parallel")["tp_rule"]:
         if expert_parallel and rule.get("experts"):
             continue
-        value = _config_value(config, rule["fields"])
-        if value is not None and not _RULES[rule["rule"]](value, ranks):
+        value = config_value(config, rule["fields"])
+        if value is not None and not SIZE_RULES[rule["rule"]](value, ranks):
             return rule["message"].format(value=value, tp=ranks)
     return None
 
