@@ -1,7 +1,7 @@
 """Does the scale-out model predict TP=2 decode? The measured TP=1 and TP=2 CUDA-graph step times of
 gpu_decode_eager_vs_graph.py (two GPUs, torchrun) beside roofline's prediction for the same shapes.
 
-The prediction is `roofline.predict.scale_out.step_cost` — what `plan --gpus 2` ranks — on the
+The prediction is the step model, `roofline.predict.step.price_step` — what every command prices — on the
 reference config of each shape (bf16, config-only inventory), on the catalogue's H200 entry
 (bandwidth x decode efficiency, launch.toml's graph floor) with its NVLink link from
 hardware.toml, at the benchmark's context. Kernel counts per layer are the TP=1 run's measured
@@ -20,8 +20,9 @@ from pathlib import Path
 from roofline.audit import load_inventory
 from roofline.predict.hardware import get_hardware
 from roofline.predict.kernels import KernelCount, KernelProfile
-from roofline.predict.scale_out import Topology, place, step_cost
-from roofline.predict.tensor_parallel import default_link
+from roofline.predict.links import default_link
+from roofline.predict.step import StepConfig, price_step
+from roofline.predict.topology import Topology, place
 
 REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "reference_configs"
 SHAPES = {"dense_qwen3_8b": "Qwen__Qwen3-8B", "moe_qwen3_30b_a3b": "Qwen__Qwen3-30B-A3B",
@@ -37,9 +38,10 @@ def measured_profile(name: str, per_layer: dict[str, int]) -> KernelProfile:
 def predict_ms(inventory, hardware, tp: int, context: int, kernels: KernelProfile) -> tuple[float, float]:
     """(step ms, of which collectives ms) of one stream at TP=tp in one box."""
     topology = Topology(tp, 1, 1)
-    step = step_cost(inventory, hardware, topology, place(topology, 8, default_link(hardware), None), 1, context,
-                     kernels=kernels)
-    return step.round_trip_s * 1e3, step.comm_s() * 1e3
+    step = price_step(inventory, hardware, StepConfig(
+        batch=1, context=context, topology=topology, placement=place(topology, 8, default_link(hardware), None),
+        kernels=kernels))
+    return step.step_ms, step.comm_s * 1e3
 
 
 def main() -> None:

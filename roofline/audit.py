@@ -1,4 +1,4 @@
-"""The audit: source -> inventory -> traffic -> ceiling, as one result with a JSON form.
+"""The audit: source -> inventory -> traffic -> the step model, as one result with a JSON form.
 
 JSON schema (stable keys; version in "schema"): see README.md, "audit --json".
 """
@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass, field
 from roofline.model.formats import PLAIN_FORMATS, format_label
 from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory
-from roofline.model.quant_config import LINEAR_ROLES
-from roofline.predict.ceiling import Ceiling, compute_ceiling
-from roofline.predict.cuda_graph import applies_to, estimate
+from roofline.model.roles import roles_where
+from roofline.predict.graphs import cuda_graph_summary
 from roofline.predict.hardware import Hardware
+from roofline.predict.step import StepConfig, StepTime, price_step
 from roofline.predict.traffic import Scenario, Traffic, compute_traffic
 from roofline.sources.capture import inventory_from_capture
 from roofline.sources.config import load_config_only, load_config_only_hub
@@ -24,8 +24,8 @@ from . import __version__
 from .errors import RooflineError
 
 SCHEMA = "roofline.audit/1"
-# roles whose staying unquantized in a quantized model is a residual worth naming
-RESIDUAL_ROLES = (LINEAR_ROLES | {"conv1d"}) - {"vision", "audio", "other", "mtp"}
+# roles whose staying unquantized in a quantized model is a residual worth naming (roles.toml)
+RESIDUAL_ROLES = roles_where(residual=True)
 
 
 def load_inventory(model: str, *, revision: str | None = None, config_only: bool = False,
@@ -78,10 +78,10 @@ class AuditResult:
     scenario: Scenario
     hardware: Hardware
     traffic: Traffic
-    ceiling: Ceiling
+    step: StepTime  # the step model's price of the scenario (roofline.predict.step)
     groups: list[Group]
     notes: list[str] = field(default_factory=list)
-    cuda_graph: object | None = None  # roofline.predict.cuda_graph estimate, when computed
+    cuda_graph: dict | None = None  # roofline.predict.graphs.cuda_graph_summary, on a GPU
 
     @property
     def quantized(self) -> bool:
@@ -93,12 +93,15 @@ class AuditResult:
 
     @property
     def expected_tok_s(self) -> float:
-        if self.cuda_graph is not None:
-            return self.cuda_graph.graph_tok_s
-        return self.ceiling.expected_tok_s
+        """The step model's aggregate tok/s for the scenario (CUDA graphs on, vLLM's default)."""
+        return self.step.tok_s
+
+    @property
+    def ceiling_tok_s(self) -> float:
+        return self.step.ceiling_tok_s
 
     def to_json(self) -> dict:
-        inv, shape, hw, t, c = self.inventory, self.inventory.shape, self.hardware, self.traffic, self.ceiling
+        inv, shape, hw, t = self.inventory, self.inventory.shape, self.hardware, self.traffic
         weights_gb = inv.weight_bytes / 1e9
         out = {
             "schema": SCHEMA,
@@ -126,10 +129,11 @@ class AuditResult:
             "weight_bytes_per_token": t.weight_bytes_per_token,
             "kv_bytes_per_token": t.kv_bytes_per_token,
             "state_bytes_per_token": t.state_bytes_per_token,
-            "ceiling_tok_s": c.ceiling_tok_s,
-            "ceiling_tok_s_per_stream": c.ceiling_tok_s_per_stream,
+            "ceiling_tok_s": self.ceiling_tok_s,
+            "ceiling_tok_s_per_stream": self.ceiling_tok_s / self.scenario.batch,
             "expected_tok_s": self.expected_tok_s,
-            "efficiency": {"value": c.efficiency, "kind": c.efficiency_kind, "source": c.efficiency_source},
+            "efficiency": {"value": hw.efficiency, "kind": hw.efficiency_kind, "source": hw.efficiency_source},
+            "step": self.step.to_json(),
             "memory": {"weights_gb": weights_gb, "usable_gb": hw.usable_memory_gb,
                        "fits": weights_gb <= hw.usable_memory_gb},
             "modules": [
@@ -147,7 +151,7 @@ class AuditResult:
             "checkpoint_bytes": inv.checkpoint_bytes,
         }
         if self.cuda_graph is not None:
-            out["cuda_graph"] = self.cuda_graph.to_json()
+            out["cuda_graph"] = self.cuda_graph
         return out
 
 
@@ -175,18 +179,16 @@ def group_modules(traffic: Traffic, quantized: bool) -> list[Group]:
     return sorted(groups.values(), key=lambda g: (-g.bytes_per_token, -g.bytes, g.label))
 
 
-def run_audit(inventory: Inventory, scenario: Scenario, hardware: Hardware, *, with_cuda_graph: bool = True) -> AuditResult:
+def audit_step_config(scenario: Scenario) -> StepConfig:
+    """The serving configuration an audit prices: the scenario on one device, CUDA graphs on,
+    vLLM's default backend for the checkpoint's format."""
+    return StepConfig(batch=scenario.batch, context=scenario.context, kv_cache_dtype=scenario.kv_cache_dtype,
+                      speculative_tokens=scenario.speculative_tokens, acceptance_rate=scenario.acceptance_rate)
+
+
+def run_audit(inventory: Inventory, scenario: Scenario, hardware: Hardware, *,
+              step_config: StepConfig | None = None) -> AuditResult:
     traffic = compute_traffic(inventory, scenario)
-    ceiling = compute_ceiling(traffic, hardware)
-    result = AuditResult(inventory, scenario, hardware, traffic, ceiling,
-                         group_modules(traffic, is_quantized(inventory)))
-    if with_cuda_graph:
-        result.cuda_graph = _cuda_graph(result)
-    return result
-
-
-def _cuda_graph(result: AuditResult):
-    """The kernels / CUDA-graph time model refines expected tok/s."""
-    if not applies_to(result.hardware):
-        return None  # a CPU host keeps the plain efficiency
-    return estimate(result.inventory, result.traffic, result.hardware)
+    step = price_step(inventory, hardware, step_config or audit_step_config(scenario))
+    return AuditResult(inventory, scenario, hardware, traffic, step, group_modules(traffic, is_quantized(inventory)),
+                       cuda_graph=cuda_graph_summary(step))

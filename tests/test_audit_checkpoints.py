@@ -135,7 +135,7 @@ def test_moe_bytes_per_token_independently(checkpoint, batch):
     expected = (dense + expert_bytes * fraction + embedding * batch / rows) / batch + kv
     result = audit(path, batch=batch)
     assert result.traffic.bytes_per_token == pytest.approx(expected, rel=1e-12)
-    assert result.ceiling.ceiling_tok_s == pytest.approx(273e9 / expected, rel=1e-12)
+    assert result.ceiling_tok_s == pytest.approx(273e9 / expected, rel=1e-12)
     assert distinct_experts(experts, top_k, batch) == pytest.approx(experts * fraction)
 
 

@@ -39,7 +39,7 @@ def test_every_reference_config_builds(name):
     inv = inventory(name)
     assert inv.source == "config"
     assert inv.weight_bytes > 1e9
-    result = run_audit(inv, Scenario(), get_hardware("gb10"), with_cuda_graph=False)
+    result = run_audit(inv, Scenario(), get_hardware("gb10"))
     assert 0 < result.traffic.bytes_per_token < inv.weight_bytes * 1.01 + result.traffic.kv_bytes_per_token
     assert any(m.role == "lm_head" for m in inv.modules)
     assert not any(m.role == "other" and m.nbytes > 1e8 for m in inv.modules), \

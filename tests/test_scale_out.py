@@ -15,9 +15,9 @@ import pytest
 from roofline.advise.scale_out import scale_out
 from roofline.audit import load_inventory
 from roofline.predict.hardware import get_hardware
-from roofline.predict.scale_out import Topology, place, refusal, stage_layers, step_cost, topologies
-from roofline.predict.tensor_parallel import links, tensor_parallel
-from roofline.predict.traffic import Scenario, compute_traffic
+from roofline.predict.links import links
+from roofline.predict.step import StepConfig, price_step
+from roofline.predict.topology import Topology, place, refusal, stage_layers, tensor_parallel_placement, topologies
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = Path(__file__).parent / "reference_configs"
@@ -92,14 +92,15 @@ def test_tp_ranks_hold_the_whole_plus_replicas_and_pay_vllms_collectives():
     inv = inventory(DENSE)
     hardware = get_hardware("h200")
     topology = Topology(2, 1, 1)
-    step = step_cost(inv, hardware, topology, place(topology, 8, links()["nvlink4"], None), 1, 1024)
-    stage = step.stages[0]
-    # the same split as the TP model plan --tp uses
-    traffic = compute_traffic(inv, Scenario(context=1024))
-    tp = tensor_parallel(inv, traffic, hardware, 2, links()["nvlink4"])
-    assert stage.weight_bytes == pytest.approx(tp.bytes_per_rank)
-    assert stage.bytes_per_step == pytest.approx(tp.bytes_per_token_per_rank)
-    kinds = {(c.kind, c.where.split(" (")[0]): c.per_step for c in stage.collectives}
+    step = price_step(inv, hardware, StepConfig(context=1024, topology=topology,
+                                                placement=place(topology, 8, links()["nvlink4"], None)))
+    # plan --tp 2 over the same link prices the same step (one model)
+    tp = price_step(inv, hardware, StepConfig(context=1024, topology=topology,
+                                              placement=tensor_parallel_placement(hardware, 2, "nvlink4")))
+    assert step.weight_bytes_per_rank == pytest.approx(tp.weight_bytes_per_rank)
+    assert step.bytes_per_step_per_rank == pytest.approx(tp.bytes_per_step_per_rank)
+    assert step.tok_s == pytest.approx(tp.tok_s)
+    kinds = {(c.kind, c.where.split(" (")[0]): c.per_step for c in step.collectives}
     layers = inv.shape.num_layers
     # vLLM: the vocab-parallel embedding's all-reduce, two per layer, the logits' all-gather
     assert kinds == {("all_reduce", "vocab-parallel embedding"): 1, ("all_reduce", "after each token mixer"): layers,
@@ -136,7 +137,7 @@ def test_plan_ranks_a_hybrid_moe_over_sparks(boxes):
     assert best["tp"] == boxes  # the hybrid's bytes split over every box beat replicas and stages
     assert best["comm_ms_per_token"] > 0 and best["links"] == {"tp": payload["links"][0]["key"]}
     serve = best["commands"][-1]
-    assert f"--tensor-parallel-size {boxes}" in serve and "--distributed-executor-backend ray" in serve
+    assert f"--tensor-parallel-size={boxes}" in serve and "--distributed-executor-backend=ray" in serve
     assert any(c.startswith("ray start --head") for c in best["commands"])
     assert any(c.startswith("ray start --address=") for c in best["commands"])
     whole = inventory(HYBRID_MOE).weight_bytes
@@ -160,7 +161,7 @@ def test_one_box_of_gpus_needs_no_ray():
     assert proc.returncode == 0, proc.stderr
     payload = json.loads(proc.stdout)
     best = next(r for r in payload["topologies"] if r["tp"] == 2)
-    assert best["commands"] == [f"vllm serve {payload['model']} --tensor-parallel-size 2"]
+    assert best["commands"] == [f"vllm serve {payload['model']} --tensor-parallel-size=2"]
     assert best["links"] == {"tp": "nvlink4"}
 
 

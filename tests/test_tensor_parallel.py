@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from roofline.model.roles import role_properties
 from roofline.predict.hardware import get_hardware
-from roofline.predict.tensor_parallel import get_link, link_refusal, tensor_parallel, tp_refusal
+from roofline.predict.links import link_refusal, named_link
+from roofline.predict.step import StepConfig, price_step
+from roofline.predict.topology import Topology, tensor_parallel_placement, tp_refusal
 from roofline.predict.traffic import Scenario, compute_traffic
 
 REFERENCE = Path(__file__).parent / "reference_configs"
@@ -55,33 +58,32 @@ def test_kv_heads_are_replicated_past_their_count():
     inventory = load_config_only(str(REFERENCE / "Qwen__Qwen3-30B-A3B"))
     hardware = get_hardware("h100-sxm")
     traffic = compute_traffic(inventory, Scenario(context=4096))
-    link = get_link(None, hardware)
-    split4, split8 = (tensor_parallel(inventory, traffic, hardware, n, link) for n in (4, 8))
+    split4, split8 = (price_step(inventory, hardware, StepConfig(
+        context=4096, topology=Topology(tp=n), placement=tensor_parallel_placement(hardware, n))) for n in (4, 8))
     kv_projections = sum(m.nbytes for m in inventory.modules if m.name.endswith((".k_proj", ".v_proj")))
-    assert kv_projections > 0
+    replicated = sum(m.nbytes for m in inventory.modules if not role_properties(m.role).sharded)
+    assert kv_projections > 0 and replicated > 0
     # from 4 to 8 ranks the k / v projections stay at a quarter per rank; everything else sharded halves
-    other_sharded_4 = split4.bytes_per_rank - split4.replicated_bytes - kv_projections / 4
-    other_sharded_8 = split8.bytes_per_rank - split8.replicated_bytes - kv_projections / 4
+    other_sharded_4 = split4.weight_bytes_per_rank - replicated - kv_projections / 4
+    other_sharded_8 = split8.weight_bytes_per_rank - replicated - kv_projections / 4
     assert other_sharded_8 == pytest.approx(other_sharded_4 / 2)
-    from roofline.predict.tensor_parallel import SHARDED_ROLES
-
     read = {"kv_proj": 0.0, "sharded": 0.0, "replicated": 0.0}
     for module, moved in zip(inventory.modules, traffic.modules):
         kind = ("kv_proj" if module.name.endswith((".k_proj", ".v_proj")) else
-                "sharded" if module.role in SHARDED_ROLES else "replicated")
+                "sharded" if role_properties(module.role).sharded else "replicated")
         read[kind] += moved.bytes_per_token
-    for split in (split4, split8):
-        kv_split = min(split.ranks, 4)
-        expected = (read["sharded"] / split.ranks + read["kv_proj"] / kv_split + read["replicated"]
-                    + traffic.kv_bytes_per_token / kv_split + traffic.state_bytes_per_token / split.ranks)
-        assert split.bytes_per_token_per_rank == pytest.approx(expected)
+    for ranks, split in ((4, split4), (8, split8)):
+        kv_split = min(ranks, 4)
+        expected = (read["sharded"] / ranks + read["kv_proj"] / kv_split + read["replicated"]
+                    + traffic.kv_bytes_per_token / kv_split + traffic.state_bytes_per_token / ranks)
+        assert split.bytes_per_step_per_rank == pytest.approx(expected)
 
 
 def test_link_limits():
-    cx7 = get_link("cx7-200g", get_hardware("gb10"))
+    cx7 = named_link("cx7-200g")
     assert link_refusal(cx7, 2) is None
     assert "needs 4 boxes" in link_refusal(cx7, 4) and "at most 2 devices" in link_refusal(cx7, 4)
-    nvlink = get_link("nvlink4", get_hardware("h100-sxm"))
+    nvlink = named_link("nvlink4")
     assert link_refusal(nvlink, 8) is None and nvlink.boxes(8) == 1
     assert "needs 2 boxes" in link_refusal(nvlink, 16)
 
@@ -105,7 +107,7 @@ def test_plan_says_how_many_boxes_and_how_to_start_ray():
     proc = _plan("--tp", "2", "--json")
     assert proc.returncode == 0, proc.stderr
     top = json.loads(proc.stdout)["top_pick"]
-    assert top["tensor_parallel"]["boxes"] == 2
+    assert top["tensor_parallel"]["boxes"] == 2 and top["tensor_parallel"]["link"] == "cx7-200g"
     assert any("needs 2 boxes" in r and "ray start --head" in r for r in top["reasons"])
     assert "--distributed-executor-backend=ray" in top["serve_command"]
 

@@ -336,7 +336,7 @@ def _replayed_h100_calibration():
 
 def test_calibrated_launch_costs_are_saved_and_used_when_asked(tmp_path, monkeypatch):
     from roofline.live.calibrate import hardware_entry, save_entry
-    from roofline.predict.cuda_graph import launch_costs
+    from roofline.predict.launch import launch_costs
     from roofline.predict.hardware import get_hardware
 
     calibration = _replayed_h100_calibration()

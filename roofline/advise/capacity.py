@@ -3,11 +3,11 @@
 1. The memory vLLM gives the KV cache (each term shown, measured or estimated), then the KV cache as
    vLLM lays it out (roofline.predict.kv_capacity): blocks, tokens, max concurrency — the two numbers
    vLLM logs at start-up.
-2. The decode curve: per concurrency level, the step's bytes (weights — MoE experts by the routing
-   assumption — plus every sequence's KV and state), its tensor FLOPs against the hardware's peak for
-   the format (recommend.flops_per_token), and on a GPU the CUDA-graph launch floor; the largest term
-   names the bound; aggregate and per-stream tok/s; the knee where it turns compute-bound.
-3. TTFT of one prompt from the prefill compute roof plus one read of the weights.
+2. The decode curve: per concurrency level, the step model (roofline.predict.step) prices the step
+   (MoE experts by the routing assumption, every sequence's KV and state, tensor FLOPs, the launch
+   floor); its breakdown names the bound; aggregate and per-stream tok/s; the knee where it turns
+   compute-bound.
+3. TTFT of one prompt from the step model's compute time per token plus one read of the weights.
 """
 from __future__ import annotations
 
@@ -16,18 +16,14 @@ from dataclasses import dataclass, field
 from roofline.data import load_table
 from roofline.errors import RooflineError
 from roofline.model.architecture import text_config
-from roofline.model.formats import PLAIN_FORMATS
 from roofline.model.inventory import Inventory
-from roofline.predict.cuda_graph import applies_to, estimate
 from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
-from roofline.predict.serving import main_format
-from roofline.predict.traffic import KV_DTYPE_BYTES, Scenario, compute_traffic, dtype_bytes
-
-from .recommend import Backend, backends_for, flops_per_token, step_terms
+from roofline.predict.launch import graphs_apply
+from roofline.predict.step import StepConfig, price_step
+from roofline.predict.traffic import KV_DTYPE_BYTES, ROUTINGS, Scenario, compute_traffic, dtype_bytes
 
 SCHEMA = "roofline.capacity/1"
-ROUTINGS = ("uniform", "shared")  # MoE experts per step: independent per token, or one prompt sent to every stream
 GIB = 2**30
 
 
@@ -160,51 +156,31 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request) -> 
                         "(vLLM measures it in its profiling run)"),
              MemoryTerm("non_torch", mem["non_torch_gib"] * GIB if hardware.host != "cpu" else 0.0,
                         "estimate", mem["non_torch_source"])]
-    if applies_to(hardware):
+    if graphs_apply(hardware):
         terms.append(MemoryTerm("cuda_graphs", mem["cuda_graph_gib"] * GIB, "estimate", mem["cuda_graph_source"]))
     left = terms[0].bytes - sum(t.bytes for t in terms[1:])
     terms.append(MemoryTerm("kv_cache", left, "derived", "requested - weights - activation peak - non-torch"
-                            + (" - CUDA graphs" if applies_to(hardware) else "")))
+                            + (" - CUDA graphs" if graphs_apply(hardware) else "")))
     return terms
-
-
-def _backend(inventory: Inventory, hardware: Hardware) -> tuple[Backend, str]:
-    fmt = main_format(inventory) or PLAIN_FORMATS.get(inventory.shape.dtype.upper(), "bf16")
-    if hardware.host == "cpu":  # no tensor-core backends: vLLM-CPU runs its GEMMs in the model dtype
-        return Backend(fmt, "CPU (oneDNN / torch GEMM)", 0.0, "bf16", 1.0,
-                       "vLLM CPU backend: GEMMs in the model dtype"), fmt
-    candidates = backends_for(fmt, hardware) or backends_for("bf16", hardware)
-    if candidates:
-        return candidates[0], fmt
-    return Backend("bf16", "unrated", 0.0, "bf16", 1.0, "no backend rated for this device"), fmt
 
 
 def decode_curve(inventory: Inventory, hardware: Hardware, levels, context: int, kv_cache_dtype: str,
                  routing: str = "uniform", fit: int | None = None):
-    """(points, knee concurrency, the one-stream traffic, compute seconds per token, launch seconds
-    per step) of decoding at each concurrency level with `context` tokens per sequence."""
-    backend, fmt = _backend(inventory, hardware)
-    launch_per_step = 0.0
-    one = compute_traffic(inventory, Scenario(context=context, kv_cache_dtype=kv_cache_dtype))
-    if applies_to(hardware):
-        try:
-            graph = estimate(inventory, one, hardware)
-            launch_per_step = graph.kernels_per_token * graph.costs.graph_floor_us_per_kernel * 1e-6
-        except RooflineError:
-            launch_per_step = 0.0
-    flops_one = flops_per_token(inventory, one, hardware, backend, fmt, context)
+    """(points, knee concurrency, the one-stream step) of decoding at each concurrency level with
+    `context` tokens per sequence: each point is the step model's price of that batch."""
     curve = []
+    one = None
     for n in levels:
-        memory, compute, _, traffic = step_terms(inventory, hardware, backend, fmt, n, context, kv_cache_dtype,
-                                                 routing=routing)
-        step = max(memory, compute) + launch_per_step
-        terms_s = {"memory": memory, "compute": compute, "launch": launch_per_step}
-        bound = max(terms_s, key=terms_s.get)
-        aggregate = n * traffic.tokens_per_step / step
-        curve.append(CurvePoint(n, step * 1e3, aggregate, aggregate / n, bound, memory * 1e3, compute * 1e3,
-                                launch_per_step * 1e3, fit is None or n <= fit))
+        step = price_step(inventory, hardware, StepConfig(batch=n, context=context, kv_cache_dtype=kv_cache_dtype,
+                                                          routing=routing))
+        one = one or (step if n == 1 else None)
+        b = step.breakdown()
+        curve.append(CurvePoint(n, step.step_ms, step.tok_s, step.per_stream_tok_s, b.bound, b.memory_time_s * 1e3,
+                                b.compute_time_s * 1e3, b.launch_time_s * 1e3, fit is None or n <= fit))
     knee = next((p.concurrency for p in curve if p.bound == "compute"), None)
-    return curve, knee, one, flops_one, launch_per_step
+    one = one or price_step(inventory, hardware, StepConfig(context=context, kv_cache_dtype=kv_cache_dtype,
+                                                            routing=routing))
+    return curve, knee, one
 
 
 def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capacity:
@@ -231,10 +207,10 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     per_request_blocks = kv.blocks_for(request.prompt_len + request.output_len)
     max_seqs = request.max_num_seqs or _table()["memory"]["max_num_seqs"]
     fit = min(kv.num_blocks // per_request_blocks, max_seqs)
-    curve, knee, one, flops_one, launch_per_step = decode_curve(inventory, hardware, request.concurrency, context,
-                                                                kv_name, request.routing, fit)
-    weights_read = one.weight_bytes_per_token / (hardware.bandwidth_gbps * 1e9 * hardware.efficiency)
-    ttft = request.prompt_len * flops_one + weights_read + launch_per_step
+    curve, knee, one = decode_curve(inventory, hardware, request.concurrency, context, kv_name, request.routing, fit)
+    # TTFT: the prompt's tokens at the step's compute time per token, one read of the weights, one launch
+    b = one.breakdown(graphs=True)
+    ttft = request.prompt_len * b.compute_time_s + b.memory_time_s * b.weight_bytes / b.bytes + b.launch_time_s
     notes = list(kv.notes)
     if hardware.host == "cpu":
         notes.append("CPU host: no launch floor modelled")

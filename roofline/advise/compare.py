@@ -13,7 +13,7 @@ from roofline.model.formats import PLAIN_FORMATS, format_label
 from roofline.predict.hardware import Hardware
 from roofline.units import human_bytes
 
-from .recommend import backends_for
+from roofline.predict.backends import backends_for
 
 SCHEMA = "roofline.compare/1"
 PLAIN = set(PLAIN_FORMATS.values())

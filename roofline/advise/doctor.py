@@ -3,10 +3,9 @@
 Given the checkpoint's inventory (from the server's own capture, or the checkpoint), the hardware
 and the serving configuration the server reported (`Serving`), this module
 
-1. predicts what that exact configuration should reach (single stream): the audit's bytes per
-   token at the server's KV dtype, context and speculative settings, timed by the CUDA-graph model
-   in the server's graph mode (or across TP ranks), times the efficiency of the GEMM backend in use,
-   plus the extra bytes of an emulated kernel;
+1. predicts what that exact configuration should reach (single stream): the step model
+   (roofline.predict.step) of the server's KV dtype, context, speculative settings, graph mode, TP
+   split and GEMM backend (an emulated kernel's extra bytes included);
 2. finds each configuration cause (CUDA graphs off, a BF16 KV cache, BF16 residual linears, an
    emulated or slower backend, speculation below break-even), each as a fix that changes the
    inventory or the configuration;
@@ -27,14 +26,13 @@ from roofline.errors import RooflineError
 from roofline.model.formats import PLAIN_FORMATS, format_label
 from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory
-from roofline.predict.ceiling import compute_ceiling
-from roofline.predict.cuda_graph import applies_to, estimate
+from roofline.predict.backends import backend_named, backends_for
 from roofline.predict.hardware import Hardware
-from roofline.predict.tensor_parallel import default_link, tensor_parallel
+from roofline.predict.launch import graphs_apply
 from roofline.predict.serving import Serving, main_format
+from roofline.predict.step import price_step
 from roofline.predict.traffic import Traffic, compute_traffic
 
-from .recommend import backends_for
 from .simulate import get_recipe, simulate
 
 PLAIN = set(PLAIN_FORMATS.values())
@@ -86,55 +84,22 @@ def _table() -> dict:
     return load_table("doctor")
 
 
-def _relative_efficiency(fmt: str | None, backend: str | None, hardware: Hardware) -> float:
-    """rules.toml's relative efficiency of `backend` for `fmt` here; the default backend's when
-    `backend` is None; 1.0 for a backend the table does not rate here (no measurement)."""
-    if fmt is None:
-        return 1.0
-    candidates = backends_for(fmt, hardware)
-    if backend is None:
-        return candidates[0].relative_efficiency if candidates else 1.0
-    for entry in candidates:
-        if backend in (entry.linear_backend, entry.moe_backend):
-            return entry.relative_efficiency
-    return 1.0
-
-
-def _emulation_bytes(inventory: Inventory, traffic: Traffic, serving: Serving) -> float:
-    """Bytes per token an emulated kernel adds: a BF16 copy of each weight written and read back."""
-    if serving.backend != "emulation":
-        return 0.0
-    per_weight = next(e["dequantized_bytes_per_weight"] for e in _table()["kernel"] if e["backend"] == "emulation")
-    fmt = main_format(inventory)
-    extra = 0.0
-    for module, moved in zip(inventory.modules, traffic.modules):
-        if module.format == fmt:
-            extra += module.params * moved.read_fraction * per_weight / (traffic.tokens_per_step or 1.0)
-    return extra
-
-
 def predict(inventory: Inventory, hardware: Hardware, serving: Serving) -> Prediction:
-    """Single-stream decode tok/s this configuration should reach on this hardware."""
-    traffic = compute_traffic(inventory, serving.scenario())
-    extra = _emulation_bytes(inventory, traffic, serving)
-    bytes_per_token = traffic.bytes_per_token + extra
-    if serving.tp > 1:
-        split = tensor_parallel(inventory, traffic, hardware, serving.tp, default_link(hardware))
-        tok_s, timing = split.expected_tok_s, f"tensor parallel x{serving.tp} over {split.link.name}"
-    elif applies_to(hardware):
-        try:
-            graph = estimate(inventory, traffic, hardware)
-            tok_s = graph.graph_tok_s if serving.graphs else graph.eager_tok_s
-            timing = "CUDA graphs" if serving.graphs else "eager (a host launch per kernel)"
-        except RooflineError:  # nothing the kernel model can time: the bandwidth roof alone
-            tok_s, timing = compute_ceiling(traffic, hardware).expected_tok_s, "bandwidth x efficiency"
+    """Single-stream decode tok/s this configuration should reach on this hardware (the step model)."""
+    step = price_step(inventory, hardware, serving.step_config(inventory, hardware))
+    traffic = step.traffic
+    tokens = step.main.batch * step.main.tokens_per_sequence
+    # an emulated kernel's dequantized copy, over every rank
+    extra = step.breakdown().extra_bytes * step.config.topology.tp / tokens
+    if not graphs_apply(hardware):
+        timing = "bandwidth x efficiency (no CUDA graphs on a CPU)"
     else:
-        tok_s, timing = compute_ceiling(traffic, hardware).expected_tok_s, "bandwidth x efficiency (no CUDA graphs on a CPU)"
+        timing = "CUDA graphs" if serving.graphs else "eager (a host launch per kernel)"
+    if serving.tp > 1:
+        timing = f"tensor parallel x{serving.tp} over {step.placement.tp_link.name}, {timing}"
     if extra:
-        tok_s *= traffic.bytes_per_token / bytes_per_token
         timing += f", + {extra / 1e9:.3g} GB/token of emulated dequantization"
-    tok_s *= _relative_efficiency(main_format(inventory), serving.backend, hardware)
-    return Prediction(tok_s, bytes_per_token, traffic, timing)
+    return Prediction(step.tok_s, traffic.bytes_per_token + extra, traffic, timing)
 
 
 # --------------------------------------------------------------------------- causes
@@ -157,7 +122,7 @@ class Context:
 
 
 def _graphs(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
-    if serving.graphs or not applies_to(ctx.hardware) or serving.tp > 1:
+    if serving.graphs or not graphs_apply(ctx.hardware):
         return []
     return [Fix("cuda_graphs", ctx.evidence.get("graphs", "graph mode: eager"), {},
                 lambda inv, s: (inv, replace(s, graphs=True)))]
@@ -221,7 +186,7 @@ def _backend(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
     if best_name is None or best_name == serving.backend:
         return []
     if serving.backend != "emulation" and \
-            _relative_efficiency(fmt, serving.backend, ctx.hardware) >= best.relative_efficiency:
+            backend_named(fmt, serving.backend, ctx.hardware).relative_efficiency >= best.relative_efficiency:
         return []
     moe = inventory.shape.num_experts and best.moe_backend
     flags = " ".join(filter(None, [f"--linear-backend {best.linear_backend}" if best.linear_backend else "",

@@ -1,82 +1,44 @@
-"""Rank (format, recipe, vLLM backend, flags) for a device and a workload (pure arithmetic).
+"""Rank (format, recipe, vLLM backend, flags) for a device and a workload.
 
 For each simulated format (roofline.advise.simulate) and each GEMM backend that runs it on the device
-(roofline/data/rules.toml), a decode step of N sequences at context L costs
-
-    t_step = max(bytes read per step / (bandwidth x efficiency x backend factor),
-                 FLOPs per step / (tensor throughput of the GEMM's compute format x utilization))
-             + tensor-parallel all-reduces
-
-which gives single-stream tok/s (N = 1) and aggregate tok/s at N. W4A4 runs its GEMMs on FP4
-tensor cores; W4A16 / MXFP4 / AWQ dequantize to BF16 and run on BF16 tensor cores: that is
-what moves the best pick from W4A16 to W4A4 as concurrency grows. Resident memory is weights
-+ KV cache for N sequences of L tokens + recurrent state + vLLM's own overhead, against the
-device memory vLLM may take (or --memory-budget).
+(roofline/data/rules.toml [[backend]]), the step model (roofline.predict.step) prices one decode step
+of one sequence and of N sequences at context L, on one device or tensor-parallel over --tp ranks:
+single-stream and aggregate tok/s, and the bound. W4A4 runs its GEMMs on FP4 tensor cores; W4A16 /
+MXFP4 / AWQ dequantize to BF16 and run on BF16 tensor cores: that is what moves the best pick from
+W4A16 to W4A4 as concurrency grows. Resident memory is weights + KV cache for N sequences of L tokens
++ recurrent state + vLLM's own overhead, against the device memory vLLM may take (or --memory-budget).
 
 Every threshold, backend and flag comes from rules.toml, with its source; the reasons are the
 plain-language form of the rules that fired.
 """
 from __future__ import annotations
 
-import functools
-import math
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from roofline import __version__
 from roofline.data import load_table
 from roofline.errors import RooflineError
-from roofline.model.architecture import text_config
-from roofline.model.formats import PLAIN_FORMATS, format_label, formats, get_format
+from roofline.model.formats import PLAIN_FORMATS, format_label, get_format
 from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory
 from roofline.model.naming import base_model_name
-from roofline.predict.cuda_graph import applies_to, estimate
+from roofline.model.roles import role_properties
+from roofline.predict.backends import Backend, backends_for
 from roofline.predict.hardware import Hardware
-from roofline.predict.tensor_parallel import (
-    get_link,
-    link_refusal,
-    tensor_parallel,
-    tp_refusal,
-)
+from roofline.predict.step import StepConfig, StepTime, price_step
+from roofline.predict.topology import SINGLE, Topology, kv_split, sharing_ranks, tensor_parallel_placement, tp_refusal
 from roofline.predict.traffic import Scenario, Traffic, compute_traffic
 
+from .serve import parallel_flags, ray_setup
 from .simulate import get_recipe, producer, simulate, simulate_all
 from .ties import Evidence, break_ties, tolerance
 
 PLAIN = set(PLAIN_FORMATS.values())
 
 
-@dataclass(frozen=True)
-class Backend:
-    format: str
-    name: str
-    min_cc: float
-    compute: str
-    relative_efficiency: float
-    source: str
-    max_cc: float | None = None
-    linear_backend: str | None = None
-    moe_backend: str | None = None
-    reason: str = ""
-    requires: str = ""
-
-
-@functools.lru_cache(maxsize=1)
-def backends() -> tuple[Backend, ...]:
-    out = []
-    for entry in load_table("rules").get("backend", []):
-        out.append(Backend(**entry))
-    return tuple(out)
-
-
 def rules() -> dict:
     return load_table("rules")
-
-
-def backends_for(fmt: str, hardware: Hardware) -> list[Backend]:
-    cc = float(hardware.compute_capability)
-    return [b for b in backends() if b.format == fmt and cc >= b.min_cc and (b.max_cc is None or cc < b.max_cc)]
 
 
 @dataclass
@@ -121,7 +83,7 @@ class Recommendation:
     reasons: list[str] = field(default_factory=list)
     checkpoint: str = ""
     quantize_with: str = ""
-    tensor_parallel: object | None = None
+    tensor_parallel: dict | None = None  # per-rank figures of a --tp row
     rank: int = 0
     tie_group: int = 0  # > 0: within the prediction's uncertainty of the others of its group
     tied_with: list[str] = field(default_factory=list)
@@ -147,85 +109,21 @@ class Recommendation:
             "quantize_with": self.quantize_with, "serve_command": self.serve_command(),
         }
         if self.tensor_parallel is not None:
-            out["tensor_parallel"] = self.tensor_parallel.to_json()
+            out["tensor_parallel"] = self.tensor_parallel
         out["tie"] = ({"group": self.tie_group, "tied_with": self.tied_with, "decided_by": self.decided_by}
                       if self.tie_group else None)
         return out
 
 
-# --------------------------------------------------------------------------- arithmetic
+# --------------------------------------------------------------------------- pricing
 
-def _tflops(hardware: Hardware, compute: str) -> float:
-    """Tensor throughput for a compute format; a device without it runs the GEMM in BF16. An entry
-    that states no throughput at all (a CPU saved before calibrate measured GEMMs) has no compute
-    roof: infinite, so compute never binds, rather than an invented figure."""
-    return hardware.tensor_tflops.get(compute) or hardware.tensor_tflops.get("bf16") or math.inf
-
-
-def flops_per_token(inventory: Inventory, traffic1: Traffic, hardware: Hardware, backend: Backend,
-                    target: str, context: int) -> float:
-    """Seconds of tensor-core time per token (at full utilization), summed over modules by the
-    compute format each runs in, plus attention over the context."""
-    cfg = rules()["compute"]
-    shape = inventory.shape
-    seconds = 0.0
-    for module, moved in zip(inventory.modules, traffic1.modules):
-        if module.role in ("embedding", "vision", "audio", "mtp", "norm", "conv1d") or not module.params:
-            continue
-        fraction = moved.read_fraction if module.role == "moe_experts" else 1.0
-        if module.role == "moe_experts" and shape.num_experts and shape.experts_per_token:
-            fraction = shape.experts_per_token / shape.num_experts  # each token runs top_k experts
-        if module.format == target:
-            compute = backend.compute
-        else:
-            compute = get_format(module.format).compute if module.format in _known_formats() else "bf16"
-        seconds += 2 * module.params * fraction / (_tflops(hardware, compute) * 1e12)
-    cfg_text = text_config(inventory.config)
-    q_heads = int(cfg_text.get("num_attention_heads") or 0)
-    for layer in shape.attention:
-        span = min(context, layer.window or context)
-        seconds += cfg["attention_flops_per_head_dim"] * q_heads * layer.head_dim * span / (_tflops(hardware, "bf16") * 1e12)
-    return seconds / cfg["utilization"]
-
-
-@functools.lru_cache(maxsize=1)
-def _known_formats() -> frozenset:
-    return frozenset(formats())
-
-
-def step_terms(inventory: Inventory, hardware: Hardware, backend: Backend, target: str, batch: int,
-               context: int, kv_cache_dtype: str, tp=None, routing: str = "uniform") -> tuple[float, float, float, Traffic]:
-    """(memory seconds, compute seconds, communication seconds) of one decode step of `batch`
-    sequences, and the traffic. routing: "uniform" (each token picks its experts independently:
-    E(1-(1-k/E)^B) distinct experts) or "shared" (every stream decodes the same text, so the batch
-    reads one token's experts)."""
-    traffic = _traffic(inventory, Scenario(batch=batch, context=context, kv_cache_dtype=kv_cache_dtype))
-    traffic1 = traffic if batch == 1 else _traffic(inventory, Scenario(batch=1, context=context,
-                                                                              kv_cache_dtype=kv_cache_dtype))
-    bytes_per_step = traffic.bytes_per_token * batch
-    if routing == "shared" and batch > 1:
-        bytes_per_step += sum(m.bytes_per_token for m in traffic1.modules if m.role == "moe_experts") - \
-            batch * sum(m.bytes_per_token for m in traffic.modules if m.role == "moe_experts")
-    efficiency = hardware.efficiency * backend.relative_efficiency
-    comm = 0.0
-    ranks = 1
-    if tp is not None and tp.ranks > 1:
-        split = tensor_parallel(inventory, traffic, hardware, tp.ranks, tp.link)
-        bytes_per_step = split.bytes_per_token_per_rank * batch
-        comm = split.comm_seconds_per_step
-        ranks = tp.ranks
-    memory = bytes_per_step / (hardware.bandwidth_gbps * 1e9 * efficiency)
-    compute = batch * flops_per_token(inventory, traffic1, hardware, backend, target, context) / ranks
-    return memory, compute, comm, traffic
-
-
-def step_seconds(inventory: Inventory, hardware: Hardware, backend: Backend, target: str, batch: int,
-                 context: int, kv_cache_dtype: str, tp=None) -> tuple[float, str, Traffic]:
-    """(seconds per decode step of `batch` sequences, what bounds it, the traffic)."""
-    memory, compute, comm, traffic = step_terms(inventory, hardware, backend, target, batch, context,
-                                                kv_cache_dtype, tp)
-    bound = "compute" if compute > memory else "memory"
-    return max(memory, compute) + comm, bound, traffic
+def row_config(workload: "Workload", backend: Backend, kv: str, hardware: Hardware, batch: int) -> StepConfig:
+    """The serving configuration of one plan row at `batch` sequences (CUDA graphs on)."""
+    topology, placement = SINGLE, None
+    if workload.tp > 1:
+        topology, placement = Topology(tp=workload.tp), tensor_parallel_placement(hardware, workload.tp, workload.link)
+    return StepConfig(batch=batch, context=workload.context, kv_cache_dtype=kv, backend=backend,
+                      topology=topology, placement=placement)
 
 
 # --------------------------------------------------------------------------- reasons
@@ -269,24 +167,15 @@ def _residual_reasons(sim: Inventory, traffic: Traffic, target: str, fp8_bpt: fl
     return out
 
 
-def _cuda_graph_reason(sim: Inventory, traffic: Traffic, hardware: Hardware) -> tuple[str, bool]:
-    """(reason, keep graphs on matters)."""
+def _cuda_graph_reason(sim: Inventory, single: StepTime) -> tuple[str, bool]:
+    """(reason, keep graphs on matters), from the priced step's eager vs graph tok/s."""
     cfg = rules()["cuda_graphs"]
     kind = _kind(sim)
-    gain = None
-    if applies_to(hardware):
-        try:
-            result = estimate(sim, traffic, hardware)
-            gain = result.graph_tok_s / result.eager_tok_s - 1 if result.eager_tok_s else None
-        except RooflineError:  # nothing to time: the rule by model kind still stands
-            gain = None
-    if gain is None:
-        matters = kind != "dense"
-    else:
-        matters = gain >= cfg["min_gain"]
+    gain = single.graph_benefit - 1
+    matters = gain >= cfg["min_gain"] if single.costs.host_us_per_kernel else kind != "dense"
     if matters:
         reason = cfg["reason_moe"].format(kind=kind)
-        if gain is not None:
+        if single.costs.host_us_per_kernel:
             reason += f" (modelled: eager would lose {100 * gain / (1 + gain):.0f}%)"
         return reason, True
     return cfg["reason_dense"], False
@@ -296,7 +185,7 @@ def _cuda_graph_reason(sim: Inventory, traffic: Traffic, hardware: Hardware) -> 
 
 def _checkpoint_name(base: Inventory, target: str, recipe: str) -> tuple[str, str]:
     """(what to serve, how to make it)."""
-    base_formats = {m.format for m in base.modules if m.params and m.role not in ("embedding", "norm")}
+    base_formats = {m.format for m in base.modules if m.params and role_properties(m.role).format_vote}
     quantized = {f for f in base_formats if f not in PLAIN}
     if target in PLAIN and not quantized:
         return base.model_id, ""
@@ -334,15 +223,11 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
     workload = workload.validate()
     cfg = rules()
     notes: list[str] = []
-    tp = None
     if workload.tp > 1:
-        tp = _TP(workload.tp, get_link(workload.link, hardware))
-        refusal = tp_refusal(base.config, tp.ranks)
+        refusal = tp_refusal(base.config, workload.tp)
         if refusal:
-            raise RooflineError(f"--tp {tp.ranks}: vLLM refuses this split of {base.model_id}: {refusal}")
-        refusal = link_refusal(tp.link, tp.ranks)
-        if refusal:
-            raise RooflineError(f"--tp {tp.ranks}: {refusal}")
+            raise RooflineError(f"--tp {workload.tp}: vLLM refuses this split of {base.model_id}: {refusal}")
+        tensor_parallel_placement(hardware, workload.tp, workload.link)  # the link refuses it in one line
     has_fp8 = "fp8" in hardware.tensor_tflops
     results: list[Recommendation] = []
     seen: dict[tuple, str] = {}
@@ -366,7 +251,7 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
                              f"(compute capability {hardware.compute_capability})")
                 continue
             for backend in candidates:
-                results.append(_evaluate(base, sim, traffic1, hardware, workload, fmt, recipe_name, backend, kv, tp))
+                results.append(_evaluate(base, sim, traffic1, hardware, workload, fmt, recipe_name, backend, kv))
     # reasons that compare candidates
     for rec in results:
         sim, traffic1 = sims[(rec.format, rec.recipe)]
@@ -387,48 +272,35 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
     return results, notes
 
 
-@dataclass
-class _TP:
-    ranks: int
-    link: object
-
-
 def _kv_share(sim: Inventory, context: int) -> float:
     traffic = _traffic(sim, Scenario(batch=1, context=context))
     return traffic.kv_bytes_per_token / traffic.bytes_per_token if traffic.bytes_per_token else 0.0
 
 
 def _evaluate(base: Inventory, sim: Inventory, traffic1: Traffic, hardware: Hardware, workload: Workload, fmt: str,
-              recipe: str, backend: Backend, kv: str, tp) -> Recommendation:
+              recipe: str, backend: Backend, kv: str) -> Recommendation:
     cfg = rules()
     n, context = workload.concurrency, workload.context
-    single, _, _ = step_seconds(sim, hardware, backend, fmt, 1, context, kv, tp)
-    step_n, bound, traffic_n = step_seconds(sim, hardware, backend, fmt, n, context, kv, tp)
-    # memory: weights (+ per rank) + KV cache and state for n sequences + vLLM overhead
-    weights = sim.weight_bytes
-    kv_per_seq = traffic1.kv_bytes_per_token  # bytes of one sequence's KV cache at `context`
-    state_per_seq = traffic1.state_bytes_per_token / 2  # read + written per step; resident once
-    cache = (kv_per_seq + state_per_seq) * n
-    tp_result = None
-    if tp is not None:
-        tp_result = tensor_parallel(sim, traffic_n, hardware, tp.ranks, tp.link)
-        weights_on_rank = tp_result.bytes_per_rank
-        kv_split = min(tp.ranks, max(min((a.kv_heads for a in sim.shape.attention), default=tp.ranks), 1))
-        cache = kv_per_seq * n / kv_split + state_per_seq * n / tp.ranks
-    else:
-        weights_on_rank = weights
+    config = row_config(workload, backend, kv, hardware, 1)
+    single = price_step(sim, hardware, config)
+    at_n = single if n == 1 else price_step(sim, hardware, replace(config, batch=n))
+    # memory: weights on a rank + KV cache and state for n sequences (state is read and written each
+    # step, resident once) + vLLM overhead
+    weights_on_rank = single.weight_bytes_per_rank
+    cache_bytes = at_n.breakdown()
+    cache = cache_bytes.kv_bytes + cache_bytes.state_bytes / 2
     memory_cfg = cfg["memory"]
-    budget = workload.memory_budget_gb or hardware.usable_memory_gb * memory_cfg["gpu_memory_utilization"]
+    utilization = load_table("serving")["memory"]["gpu_memory_utilization"]
+    budget = workload.memory_budget_gb or hardware.usable_memory_gb * utilization
     resident = (weights_on_rank + cache) / 1e9 + memory_cfg["overhead_gb"]
     fits = resident <= budget
     checkpoint, quantize_with = _checkpoint_name(base, fmt, recipe)
     rec = Recommendation(
-        format=fmt, recipe=recipe, backend=backend, single_stream_tok_s=1 / single,
-        aggregate_tok_s=n / step_n, aggregate_bound=bound, weight_bytes=weights,
-        bytes_per_token=traffic1.bytes_per_token,
-        ceiling_tok_s=hardware.bandwidth_gbps * 1e9 / traffic1.bytes_per_token if traffic1.bytes_per_token else 0.0,
+        format=fmt, recipe=recipe, backend=backend, single_stream_tok_s=single.tok_s,
+        aggregate_tok_s=at_n.tok_s, aggregate_bound=at_n.bound, weight_bytes=sim.weight_bytes,
+        bytes_per_token=traffic1.bytes_per_token, ceiling_tok_s=single.ceiling_tok_s,
         resident_gb=resident, kv_cache_gb=cache / 1e9, budget_gb=budget, fits=fits, kv_cache_dtype=kv,
-        checkpoint=checkpoint, quantize_with=quantize_with, tensor_parallel=tp_result)
+        checkpoint=checkpoint, quantize_with=quantize_with)
     flags = [f"--max-model-len={context}"]
     if n > 1:
         flags.append(f"--max-num-seqs={n}")
@@ -448,10 +320,8 @@ def _evaluate(base: Inventory, sim: Inventory, traffic1: Traffic, hardware: Hard
                        - memory_cfg["overhead_gb"] * 1e9)
         if kv_bytes > 0:
             flags.append(f"--kv-cache-memory-bytes={kv_bytes}")
-    if tp is not None:
-        flags.append(f"--tensor-parallel-size={tp.ranks}")
-        if tp.link.key.startswith("cx7"):
-            flags.append("--distributed-executor-backend=ray")
+    boxes = single.placement.boxes
+    flags += parallel_flags(config.topology, boxes) if workload.tp > 1 else []
     spec = cfg["speculative"]
     if sim.shape.mtp_layers:
         if get_format(fmt).weights >= spec["max_weight_bits_for_mtp"]:
@@ -464,25 +334,43 @@ def _evaluate(base: Inventory, sim: Inventory, traffic1: Traffic, hardware: Hard
         rec.reasons.append(backend.reason)
     if backend.requires:
         rec.reasons.append(f"needs {backend.requires}")
-    graph_reason, _ = _cuda_graph_reason(sim, traffic1, hardware)
+    graph_reason, _ = _cuda_graph_reason(sim, single)
     rec.reasons.append(graph_reason)
     if n > 1:
-        rec.reasons.append(f"at {n} concurrent sequences the step is {bound}-bound "
+        rec.reasons.append(f"at {n} concurrent sequences the step is {at_n.bound}-bound "
                            f"({format_label(fmt)} GEMMs run on {backend.compute.upper()} tensor cores)")
     if not fits:
         rec.reasons.append(f"does not fit: {resident:.1f} GB needed (weights {weights_on_rank / 1e9:.1f} GB + "
                            f"KV/state {cache / 1e9:.1f} GB at {n} x {context} tokens) > {budget:.1f} GB")
-    if tp_result is not None:
+    if workload.tp > 1:
+        rec.tensor_parallel = _tensor_parallel_json(sim, single, workload.tp)
+        tp = rec.tensor_parallel
         rec.reasons.append(
-            f"TP={tp.ranks} over {tp.link.name}: {tp_result.allreduces_per_token} all-reduces per step cost "
-            f"{1e3 * tp_result.comm_seconds_per_step:.2f} ms; {tp_result.bytes_per_rank / 1e9:.1f} GB weights per rank "
-            f"({tp_result.replicated_bytes / 1e9:.2f} GB replicated)")
-        boxes = tp.link.boxes(tp.ranks)
+            f"TP={workload.tp} over {tp['link_name']}: {tp['allreduces_per_step']} all-reduces per step cost "
+            f"{1e3 * tp['comm_seconds_per_step']:.2f} ms; {tp['bytes_per_rank'] / 1e9:.1f} GB weights per rank "
+            f"({tp['replicated_bytes'] / 1e9:.2f} GB replicated)")
         if boxes > 1:
-            rec.reasons.append(
-                f"needs {boxes} boxes: `ray start --head --port=6379` on one, `ray start --address=<head-ip>:6379` "
-                f"on the other{'s' if boxes > 2 else ''}, then the vllm serve line on the head")
+            rec.reasons.append(f"needs {boxes} boxes: " + "; ".join(
+                line.split("   #")[0] for line in ray_setup(boxes, single.placement.tp_link))
+                + "; then the vllm serve line on the head")
     return rec
+
+
+def _tensor_parallel_json(sim: Inventory, single: StepTime, ranks: int) -> dict:
+    """The per-rank figures of a tensor-parallel row, read off its priced step."""
+    topology = single.config.topology
+    link = single.placement.tp_link
+    kv_ranks = kv_split(sim, ranks)
+    replicated = sum(m.nbytes for m in sim.modules if sharing_ranks(m, topology, kv_ranks) == 1)
+    tokens = single.main.batch * single.main.tokens_per_sequence
+    allreduces = sum(c.per_step for c in single.collectives if c.kind == "all_reduce")
+    return {"ranks": ranks, "link": link.key, "link_name": link.name, "link_bandwidth_gbps": link.bandwidth_gbps,
+            "link_latency_us": link.latency_us, "link_source": link.source,
+            "bytes_per_rank": single.weight_bytes_per_rank, "replicated_bytes": replicated,
+            "bytes_per_token_per_rank": single.bytes_per_step_per_rank / tokens,
+            "allreduces_per_step": allreduces, "comm_seconds_per_step": single.comm_s,
+            "expected_tok_s": single.tok_s, "ceiling_tok_s": single.ceiling_tok_s,
+            "engine": link.engine, "boxes": single.placement.boxes}
 
 
 # --------------------------------------------------------------------------- the plan

@@ -1,19 +1,21 @@
 """Which split of a model over N devices helps: every TP x PP x DP (x EP) topology vLLM can run,
-refused ones with vLLM's reason, the rest ranked by predicted tok/s, each with the commands that
-start it (Ray for more than one box)."""
+refused ones with vLLM's reason, the rest ranked by the step model's tok/s (roofline.predict.step),
+each with the commands that start it (Ray for more than one box)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
 from roofline.predict.hardware import Hardware
 from roofline.predict.kernels import KernelProfile
-from roofline.predict.scale_out import Placement, StepCost, Topology, place, refusal, step_cost, topologies
-from roofline.predict.tensor_parallel import Link, default_link, links, network_link
+from roofline.predict.links import Link, in_box_link, network_link
+from roofline.predict.step import StepConfig, StepTime, price_step
+from roofline.predict.topology import Placement, Topology, place, refusal, topologies
+
+from .serve import parallel_flags, ray_setup
 
 SCHEMA = "roofline.scaleout/1"
-RAY_PORT = 6379
 
 
 @dataclass
@@ -22,7 +24,7 @@ class TopologyResult:
     boxes: int
     refused_reason: str | None
     placement: Placement | None = None
-    single: StepCost | None = None
+    single: StepTime | None = None
     per_rank_weight_bytes: float = 0.0
     per_rank_bytes_per_token: float = 0.0
     comm_bytes_per_token: float = 0.0
@@ -49,14 +51,13 @@ class TopologyResult:
                 ("tp", self.placement.tp_link), ("pp", self.placement.pp_link), ("ep", self.placement.ep_link))
                 if link is not None}
         if self.single is not None:
-            out["collectives"] = [c.to_json() for s in self.single.stages for c in s.collectives]
-            if self.single.handoff:
-                out["collectives"].append(self.single.handoff.to_json())
-            out["stages"] = [{"layers": [s.layers.start, s.layers.stop], "weight_bytes": s.weight_bytes,
-                              "bytes_per_token": s.bytes_per_step, "kernels": s.kernels,
-                              "memory_ms": s.memory_s * 1e3, "launch_ms": s.launch_s * 1e3,
-                              "comm_ms": s.comm_s * 1e3, "compute_ms": s.compute_s * 1e3}
-                             for s in self.single.stages]
+            out["collectives"] = [c.to_json() for c in self.single.collectives]
+            out["stages"] = [{"layers": t["layers"], "weight_bytes": t["weight_bytes"],
+                              "bytes_per_token": t["bytes_per_step"], "kernels": t["kernels"],
+                              "memory_ms": t["memory_ms"], "launch_ms": t["launch_ms"],
+                              "comm_ms": t["comm_ms"], "compute_ms": t["compute_ms"]}
+                             for t in self.single.stage_totals()]
+            out["step"] = self.single.to_json()
         return out
 
 
@@ -93,52 +94,11 @@ class ScaleOutPlan:
         }
 
 
-def _named_link(name: str, scope: str) -> Link:
-    """--link / --network by its hardware.toml key, of the scope it is asked for."""
-    link = links().get(name)
-    if link is None or link.scope != scope:
-        known = ", ".join(k for k, v in links().items() if v.scope == scope)
-        raise RooflineError(f"unknown {'in-box' if scope == 'box' else 'network'} link {name!r}; known: {known}")
-    return link
-
-
-def _in_box_link(hardware: Hardware, name: str | None) -> Link:
-    if name:
-        return _named_link(name, "box")
-    link = default_link(hardware)
-    return link if link.scope == "box" else links()["pcie5"]
-
-
-def _network_link(hardware: Hardware, name: str | None, boxes: int) -> Link:
-    return _named_link(name, "network") if name else network_link(hardware, boxes)
-
-
 def commands(model_id: str, topology: Topology, boxes: int, network: Link | None) -> list[str]:
     """The commands that start this topology: Ray on each box when there is more than one, then
     the vllm serve line (on the head box)."""
-    flags = [f"--tensor-parallel-size {topology.tp}"]
-    if topology.pp > 1:
-        flags.append(f"--pipeline-parallel-size {topology.pp}")
-    if topology.dp > 1:
-        flags.append(f"--data-parallel-size {topology.dp}")
-    if topology.expert_parallel:
-        flags.append("--enable-expert-parallel")
-    if boxes == 1:
-        return [f"vllm serve {model_id} " + " ".join(flags)]
-    flags.append("--distributed-executor-backend ray")
-    if topology.dp > 1:
-        flags.append("--data-parallel-backend ray")
-    out = []
-    if network is not None and network.key.startswith("cx7"):
-        out.append("export NCCL_SOCKET_IFNAME=<ConnectX-7 interface> NCCL_IB_HCA=<its RoCE devices>"
-                   "   # every box, before ray start (else NCCL takes the management port)")
-    return out + [f"ray start --head --port={RAY_PORT}   # box 1 (head)",
-                  f"ray start --address=<head-ip>:{RAY_PORT}   # " + (f"boxes 2..{boxes}" if boxes > 2 else "box 2"),
-                  f"vllm serve {model_id} " + " ".join(flags) + "   # box 1"]
-
-
-def _replica_batches(concurrency: int, dp: int) -> list[int]:
-    return [concurrency // dp + (1 if i < concurrency % dp else 0) for i in range(dp)]
+    serve = f"vllm serve {model_id} " + " ".join(parallel_flags(topology, boxes))
+    return ray_setup(boxes, network) + [serve + ("   # box 1" if boxes > 1 else "")]
 
 
 def evaluate(inventory: Inventory, hardware: Hardware, topology: Topology, devices_per_box: int,
@@ -153,41 +113,36 @@ def evaluate(inventory: Inventory, hardware: Hardware, topology: Topology, devic
     if reason is not None:
         return result
     placement = place(topology, devices_per_box, in_box, network)
-    single = step_cost(inventory, hardware, topology, placement, 1, context, kv_cache_dtype, kernels)
+    config = StepConfig(batch=1, context=context, kv_cache_dtype=kv_cache_dtype, topology=topology,
+                        placement=placement, kernels=kernels)
+    single = price_step(inventory, hardware, config)
     result.placement, result.single = placement, single
-    result.per_rank_weight_bytes = max(s.weight_bytes for s in single.stages)
+    result.per_rank_weight_bytes = single.weight_bytes_per_rank
     usable = hardware.usable_memory_gb * 1e9
     if result.per_rank_weight_bytes > usable:
         result.refused_reason = (f"does not fit: {result.per_rank_weight_bytes / 1e9:.1f} GB of weights per rank, "
                                  f"{hardware.name} has {hardware.usable_memory_gb:g} GB usable")
         return result
-    result.per_rank_bytes_per_token = max(s.bytes_per_step for s in single.stages)
-    result.comm_bytes_per_token = single.comm_bytes()
-    result.comm_ms_per_token = single.comm_s() * 1e3
-    result.single_stream_tok_s = single.tok_s(1)
-    result.pipeline_bubble = 1.0 - 1.0 / topology.pp
-    batches = [b for b in _replica_batches(concurrency, topology.dp) if b > 0]
-    steps = {b: (single if b == 1 else step_cost(inventory, hardware, topology, placement, b, context,
-                                                 kv_cache_dtype, kernels)) for b in set(batches)}
-    if topology.expert_parallel and topology.dp > 1:
-        # the replicas step together through the MoE layers: the slowest sets every replica's pace
-        period = max(b / steps[b].tok_s(b) for b in batches)
-        result.aggregate_tok_s = sum(batches) / period
-    else:
-        result.aggregate_tok_s = sum(steps[b].tok_s(b) for b in batches)
+    result.per_rank_bytes_per_token = single.bytes_per_step_per_rank
+    result.comm_bytes_per_token = single.comm_bytes
+    result.comm_ms_per_token = single.comm_s * 1e3
+    result.single_stream_tok_s = single.tok_s
+    result.pipeline_bubble = single.pipeline_bubble
+    result.aggregate_tok_s = single.tok_s if concurrency == 1 else \
+        price_step(inventory, hardware, replace(config, batch=concurrency)).tok_s
     result.commands = commands(inventory.model_id, topology, boxes, network if boxes > 1 else None)
     return result
 
 
 def scale_out(inventory: Inventory, hardware: Hardware, *, boxes: int = 1, devices_per_box: int = 1,
               concurrency: int = 1, context: int = 4096, kv_cache_dtype: str = "auto",
-              in_box_link: str | None = None, network: str | None = None,
+              in_box_link_name: str | None = None, network: str | None = None,
               kernels: KernelProfile | None = None) -> ScaleOutPlan:
     if boxes < 1 or devices_per_box < 1:
         raise RooflineError("--boxes and --gpus must be at least 1")
     devices = boxes * devices_per_box
-    in_box = _in_box_link(hardware, in_box_link) if devices_per_box > 1 else None
-    net = _network_link(hardware, network, boxes) if boxes > 1 else None
+    in_box = in_box_link(hardware, in_box_link_name) if devices_per_box > 1 else None
+    net = network_link(hardware, boxes, network) if boxes > 1 else None
     moe = bool(inventory.shape.num_experts)
     results = [evaluate(inventory, hardware, topology, devices_per_box, in_box, net, concurrency, context,
                         kv_cache_dtype, kernels) for topology in topologies(devices, moe)]

@@ -23,7 +23,8 @@ from roofline.model.inventory import Inventory, Module, QuantSummary, Tensor
 from roofline.model.quant_config import LINEAR_ROLES
 from roofline.model.roles import ROLES
 from roofline.model.storage import stored_tensors
-from roofline.predict.ceiling import compute_ceiling
+from roofline.audit import audit_step_config
+from roofline.predict.step import price_step
 from roofline.predict.traffic import compute_traffic
 
 PLAIN = set(PLAIN_FORMATS.values())
@@ -221,10 +222,12 @@ class SimulatedFormat:
     ceiling_tok_s: float
     expected_tok_s: float
     traffic: object = None
-    ceiling: object = None
+    step: object = None  # roofline.predict.step.StepTime of one stream, vLLM's default backend
 
 
 def simulate_all(base: Inventory, formats: list[str], recipe_names: list[str], scenario, hardware) -> list[SimulatedFormat]:
+    """Each format under each recipe, with its bytes and its step priced by the step model at the
+    scenario as an audit of the simulated checkpoint prices it (roofline.audit.audit_step_config)."""
     out = []
     plans: dict[str, StackPlan] = {}
     for recipe_name in recipe_names:
@@ -232,7 +235,7 @@ def simulate_all(base: Inventory, formats: list[str], recipe_names: list[str], s
         for fmt in formats:
             inventory = simulate(base, fmt, recipe, plans)
             traffic = compute_traffic(inventory, scenario)
-            ceiling = compute_ceiling(traffic, hardware)
+            step = price_step(inventory, hardware, audit_step_config(scenario))
             out.append(SimulatedFormat(fmt, recipe_name, inventory, inventory.weight_bytes, traffic.bytes_per_token,
-                                       ceiling.ceiling_tok_s, ceiling.expected_tok_s, traffic, ceiling))
+                                       step.ceiling_tok_s, step.tok_s, traffic, step))
     return out

@@ -1,6 +1,8 @@
 """roofline kernels MODEL | --trace TRACE"""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 
 from roofline.errors import RooflineError
@@ -16,7 +18,7 @@ from .output import print_json
               help="A torch-profiler chrome trace (.json or .json.gz) of one decode step: measured counts.")
 @click.option("--layers", "num_layers", type=types.LAYERS, default=None,
               help="With --trace alone: decoder layers of the traced model (ignore layer indices past it).")
-@click.option("--backend", default=None, help="Kernel backend for the table estimate (marlin, flashinfer-cutlass, ...).")
+@click.option("--backend", default=None, help="Kernel backend for the table estimate (vLLM's spelling: marlin, flashinfer_cutlass, ...).")
 @click.option("--launch-us", "launch_us", type=types.LAUNCH_US, default=None,
               help="Override the host launch cost per kernel, microseconds.")
 @click.option("--revision", default=None, help="Hub revision (branch, tag or commit).")
@@ -46,17 +48,23 @@ def command(model, trace_path, num_layers, backend, launch_us, revision, config_
                               model_id=inventory.model_id if inventory else None)
     else:
         profile = estimate_kernels(inventory, backend)
-    graph = None
+    graph = step = None
     if inventory is not None:
-        from roofline.predict.cuda_graph import estimate
-        from roofline.predict.traffic import compute_traffic
+        from roofline.audit import audit_step_config
+        from roofline.predict.backends import backend_named
+        from roofline.predict.graphs import cuda_graph_summary
+        from roofline.predict.step import price_step
 
-        traffic = compute_traffic(inventory, scenario)
-        graph = estimate(inventory, traffic, hardware, backend, kernels=profile, host_us_per_kernel=launch_us)
+        config = replace(audit_step_config(scenario), kernels=profile, host_us_per_kernel=launch_us,
+                         backend=backend_named(inventory.main_format(), backend, hardware) if backend else None)
+        step = price_step(inventory, hardware, config)
+        graph = cuda_graph_summary(step)
     if as_json:
         payload = {"schema": "roofline.kernels/1", "hardware": hardware.key, "kernels": profile.to_json()}
         if graph is not None:
-            payload["cuda_graph"] = graph.to_json()
+            payload["cuda_graph"] = graph
+        if step is not None:
+            payload["step"] = step.to_json()
         print_json(payload)
         return
     from roofline.render.kernels import render_kernels

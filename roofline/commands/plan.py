@@ -111,7 +111,7 @@ def _scale_out(inventory, hardware, boxes, gpus, concurrency, context, kv_cache_
     from roofline.advise.scale_out import scale_out
 
     result = scale_out(inventory, hardware, boxes=boxes, devices_per_box=gpus, concurrency=concurrency,
-                       context=context, kv_cache_dtype=kv_cache_dtype, in_box_link=link, network=network)
+                       context=context, kv_cache_dtype=kv_cache_dtype, in_box_link_name=link, network=network)
     if as_json:
         print_json(result.to_json())
         return

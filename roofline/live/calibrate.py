@@ -215,6 +215,7 @@ def hardware_entry(calibration: Calibration, name: str | None = None, efficiency
                              f"{best.kernel} over {calibration.buffer_mb:g} MiB buffers on {calibration.device}"
                              + (f", {calibration.threads} threads" if calibration.threads else "")
                              + f", torch {calibration.torch_version}"),
+        "bandwidth_kind": "measured",
         "memory_gb": round(calibration.memory_gb, 2),
         "usable_memory_gb": round(calibration.memory_gb * 0.9, 2),
         "memory_source": "as the OS / driver reports it; usable: 90% of it (estimate)",

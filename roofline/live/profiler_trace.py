@@ -13,12 +13,12 @@ import re
 from collections import defaultdict
 
 from roofline.errors import RooflineError
-from roofline.model.roles import classify
+from roofline.model.roles import LAYER_INDEX, classify
 from roofline.predict.kernels import KernelCount, KernelProfile
 
 # --------------------------------------------------------------------------- trace parsing
 # a layer index in a range or module name: "model.layers.3.mlp", "nn.Module: Qwen3DecoderLayer_3"
-_LAYER_IN_NAME = (re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)"),
+_LAYER_IN_NAME = (LAYER_INDEX,
                   re.compile(r"DecoderLayer_(\d+)\b"), re.compile(r"Block_(\d+)\b"))
 # module class -> role, for traces with python stacks (nn.Module: <Class>_<n>)
 _CLASS_ROLES = (
@@ -83,7 +83,7 @@ def _layer_of(names: list[str], num_layers: int | None) -> int | None:
         for pattern in _LAYER_IN_NAME:
             found = pattern.search(name)
             if found:
-                layer = int(found.group(1))
+                layer = int(found.group(found.lastindex))
                 if num_layers is None or layer < num_layers:
                     return layer
     return None

@@ -11,7 +11,7 @@ from .formats import PLAIN_FORMATS, format_label
 from .grouping import generic_name, group_tensors, short_label
 from .inventory import Inventory, Module, Tensor
 from .quant_config import LINEAR_ROLES, QuantConfig, parse_quant_config
-from .roles import classify, layer_of, role_of
+from .roles import NOT_READ_IN_TEXT_DECODE, classify, layer_of, role_of
 
 PLAIN = set(PLAIN_FORMATS.values())
 _NUMBERS = re.compile(r"(\d+)")
@@ -34,7 +34,7 @@ def inventory_from_tensors(model_id: str, source: str, config: dict, tensors: li
         if role is None:
             role = role_cache[generic] = role_of(generic)
         layer = layer_of(name)
-        if layer is not None and layer >= shape.num_layers and role not in ("vision", "audio"):
+        if layer is not None and layer >= shape.num_layers and role not in NOT_READ_IN_TEXT_DECODE:
             role, layer = classify(name, shape.num_layers)
         detected = detect_format(members)
         module = Module(name=name, layer=layer, role=role, format=detected.format,
@@ -70,7 +70,7 @@ def _cross_check(module: Module, quant: QuantConfig, quantized_acts: bool | None
             notes.append(f"{label}: stored {format_label(fmt)} but {quant.config_file} leaves it unquantized")
         return
     if fmt in PLAIN:
-        if module.role not in ("vision", "audio"):
+        if module.role not in NOT_READ_IN_TEXT_DECODE:
             notes.append(f"{label}: {quant.config_file} says {format_label(expected.format)} but the tensors are "
                          f"{format_label(fmt)}")
         return

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from .inventory import Tensor
+from .roles import LAYER_CONTAINERS
 
 
 def module_and_expert(tensor_name: str) -> tuple[str, int | None]:
@@ -52,13 +53,13 @@ def generic_name(module_name: str) -> str:
     return _LAYER_INDEX.sub(r"\1.#.", module_name)
 
 
-_LAYER_INDEX = re.compile(r"(\.(?:layers|h|blocks|layer))\.\d+\.")
+_LAYER_INDEX = re.compile(rf"(\.{LAYER_CONTAINERS})\.\d+\.")
 
 
 def short_label(module_name: str) -> str:
     """Display label of a kind of module: the part after the layer index
     ("linear_attn.in_proj_qkvz"), or the name without the model prefix ("lm_head")."""
-    match = _AFTER_LAYER.search(module_name)
+    match = _LAYER_INDEX.search(module_name)
     if match:
         prefix = module_name[: match.start()]
         label = module_name[match.end():]
@@ -70,5 +71,3 @@ def short_label(module_name: str) -> str:
             return module_name[len(prefix):]
     return module_name
 
-
-_AFTER_LAYER = re.compile(r"\.(?:layers|h|blocks|layer)\.\d+\.")

@@ -2,9 +2,11 @@
 layer index and a storage format. Nothing downstream knows which source made it."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from .architecture import ModelShape
+from .formats import PLAIN_FORMATS, TORCH_DTYPES
+from .roles import role_properties
 
 
 @dataclass(slots=True)
@@ -66,14 +68,17 @@ class Inventory:
     def by_name(self) -> dict[str, Module]:
         return {m.name: m for m in self.modules}
 
+    def main_quantized_format(self) -> str | None:
+        """The quantized format holding most weight bytes among the modules that vote on it (roles.toml
+        format_vote: not embeddings, norms or lm_head); None: an unquantized checkpoint."""
+        totals: dict[str, int] = {}
+        for module in self.modules:
+            if module.format not in PLAIN_FORMATS.values() and module.params and \
+                    role_properties(module.role).format_vote:
+                totals[module.format] = totals.get(module.format, 0) + module.nbytes
+        return max(totals, key=totals.get) if totals else None
 
-def module_to_dict(module: Module, with_tensors: bool = False) -> dict:
-    out = {
-        "name": module.name, "layer": module.layer, "role": module.role, "format": module.format,
-        "quant_method": module.quant_method, "params": module.params, "bytes": module.nbytes,
-        "experts": module.experts, "tied_to": module.tied_to, "kernel": module.kernel,
-        "notes": list(module.notes),
-    }
-    if with_tensors:
-        out["tensors"] = [asdict(t) | {"shape": list(t.shape)} for t in module.tensors]
-    return out
+    def main_format(self) -> str:
+        """The main quantized format, else the plain format of the model dtype."""
+        plain = PLAIN_FORMATS.get(TORCH_DTYPES.get(self.shape.dtype.replace("torch.", ""), "BF16"), "bf16")
+        return self.main_quantized_format() or plain

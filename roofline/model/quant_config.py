@@ -22,22 +22,17 @@ from dataclasses import dataclass, field
 from roofline.errors import RooflineError
 
 from .inventory import QuantSummary
+from .roles import NOT_READ_IN_TEXT_DECODE, roles_where
 
-# roles that are linear layers in the checkpoint (what "targets: [Linear]" reaches)
-LINEAR_ROLES = frozenset({
-    "attention_qkv", "attention_out", "linear_attn_in", "linear_attn_out", "mamba_in",
-    "mamba_out", "moe_experts", "shared_expert", "router", "shared_expert_gate", "mlp",
-    "lm_head", "mtp", "vision", "audio", "other",
-})
+# roles that are linear layers in the checkpoint (what "targets: [Linear]" reaches): roles.toml
+LINEAR_ROLES = roles_where(linear=True)
 
 SUPPORTED = ("compressed-tensors", "modelopt", "fp8", "mxfp4", "awq", "gptq")
 
-# Roles vLLM builds unquantized whatever the quantization config says: MoE routers are
-# GateLinear, whose quant_config defaults to None (vllm/model_executor/layers/fused_moe/router/
-# gate_linear.py), and shared-expert gates are ReplicatedLinear(quant_config=None) (qwen3_next.py,
-# qwen3_moe.py). Architectures that pass their quant_config to the router are the exception.
+# Roles vLLM builds unquantized whatever the quantization config says (roles.toml
+# vllm_unquantized). Architectures that pass their quant_config to the router are the exception.
 # Checked against vLLM 0.32 by tests/test_vllm_oracle.py.
-VLLM_UNQUANTIZED_ROLES = frozenset({"router", "shared_expert_gate"})
+VLLM_UNQUANTIZED_ROLES = roles_where(vllm_unquantized=True)
 VLLM_QUANTIZED_ROUTER_ARCHITECTURES = frozenset({"Qwen3MoeForCausalLM"})  # qwen3_moe.py: GateLinear(quant_config=...)
 
 
@@ -100,7 +95,7 @@ class Matcher:
     def matches(self, name: str, role: str | None = None) -> bool:
         if name in self.exact:
             return True
-        if self.classes and role in LINEAR_ROLES and role not in ("vision", "audio"):
+        if self.classes and role in LINEAR_ROLES and role not in NOT_READ_IN_TEXT_DECODE:
             return True
         if self.dotted and self.exact:
             parts = name.split(".")

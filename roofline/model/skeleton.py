@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from .architecture import shape_from_config, text_config
 from .formats import dtype_nbytes
 from .inventory import Tensor
-from .roles import classify
+from .roles import NOT_READ_IN_TEXT_DECODE, classify
 
 
 @dataclass
@@ -47,7 +47,7 @@ def add_mtp(config: dict, skeleton: Skeleton) -> None:
     prefix = None
     for t in tensors:
         role, layer = classify(t.name, num_layers)
-        if layer is not None and role not in ("vision", "audio"):
+        if layer is not None and role not in NOT_READ_IN_TEXT_DECODE:
             by_layer.setdefault(layer, []).append(t)
             if prefix is None:
                 prefix = t.name[: t.name.index(f"layers.{layer}.")]

@@ -31,6 +31,9 @@ class Hardware:
     host_us_per_kernel: float | None = None
     graph_floor_us_per_kernel: float | None = None
     launch_source: str = ""
+    bandwidth_kind: str = "datasheet"  # datasheet | measured (calibrate) | user (--bandwidth)
+    memory_source: str = ""
+    tensor_source: str = ""
 
     def supports(self, compute: str) -> bool:
         return compute in self.tensor_tflops
@@ -67,8 +70,6 @@ def catalogue() -> dict[str, Hardware]:
     shipped = {key: entry for key, entry in load_table("hardware").items() if key != LINKS_KEY}
     for key, entry in list(shipped.items()) + list(user.items()):
         entry = dict(entry)
-        entry.pop("memory_source", None)
-        entry.pop("tensor_source", None)
         entry["aliases"] = tuple(entry.get("aliases", ()))
         try:
             out[key] = Hardware(key=key, **entry)
@@ -88,5 +89,5 @@ def get_hardware(name: str | None = None, bandwidth_gbps: float | None = None) -
         if bandwidth_gbps <= 0:
             raise RooflineError("--bandwidth must be positive")
         found = Hardware(**{**found.__dict__, "bandwidth_gbps": float(bandwidth_gbps),
-                            "bandwidth_source": "user (--bandwidth)"})
+                            "bandwidth_source": "user (--bandwidth)", "bandwidth_kind": "user"})
     return found

@@ -12,19 +12,20 @@ from dataclasses import dataclass, field
 from roofline.data import load_table
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
+from roofline.model.roles import ROLES, roles_where
 
-# roles whose modules are GEMMs counted by kernels.toml [role.*]
-GEMM_ROLES = ("attention_qkv", "attention_out", "linear_attn_in", "linear_attn_out", "mamba_in", "mamba_out",
-              "router", "shared_expert_gate", "shared_expert", "mlp")
-# roles of no decode kernel of their own (conv1d weights are read by the GDN / Mamba core kernel)
-SKIPPED_ROLES = {"vision", "audio", "mtp", "norm", "conv1d", "other"}
+from .backends import vllm_backend_names
+
+# roles whose modules are GEMMs counted by kernels.toml [role.*] (roles.toml `kernels`), in the
+# order a layer runs them
+GEMM_ROLES = tuple(role for role in ROLES if role in roles_where(kernels="gemm"))
 
 
 @dataclass
 class KernelCount:
     layer: int | None  # None: outside the decoder layers (embedding, final norm, lm_head, step)
     role: str  # a module role, or a core: attention_core, gdn_core, mamba_core, norms, step
-    backend: str  # cublas, flashinfer-cutlass, marlin, triton, vllm, measured kernel family...
+    backend: str  # cublas, flashinfer_cutlass, marlin, triton, vllm, measured kernel family...
     kernels: float
     source: str  # the table entry's source, or "trace"
     names: list[str] = field(default_factory=list)  # kernel names, when measured
@@ -75,31 +76,17 @@ class KernelProfile:
 
 
 # --------------------------------------------------------------------------- table estimate
-def _gemm_entry(fmt: str, backend: str | None) -> dict:
-    entries = [e for e in load_table("kernels")["gemm"] if e["format"] == fmt]
+def _entry(kind: str, fmt: str, backend: str | None) -> dict:
+    """kernels.toml [[gemm]] / [[moe]] for a format on a backend (vLLM's name); the format's
+    default (first listed) where the table has no row for that backend."""
+    entries = [e for e in load_table("kernels")[kind] if e["format"] == fmt]
     if not entries:
-        entries = [e for e in load_table("kernels")["gemm"] if e["format"] == "bf16"]
+        entries = [e for e in load_table("kernels")[kind] if e["format"] == "bf16"]
     if backend:
         for e in entries:
             if e["backend"] == backend:
                 return e
     return entries[0]
-
-
-def _moe_entry(fmt: str, backend: str | None) -> dict:
-    entries = [e for e in load_table("kernels")["moe"] if e["format"] == fmt]
-    if not entries:
-        entries = [e for e in load_table("kernels")["moe"] if e["format"] == "bf16"]
-    if backend:
-        for e in entries:
-            if e["backend"] == backend:
-                return e
-    return entries[0]
-
-
-def known_backends() -> set[str]:
-    table = load_table("kernels")
-    return {e["backend"] for e in table["gemm"]} | {e["backend"] for e in table["moe"]}
 
 
 def _main_format(modules) -> str:
@@ -110,11 +97,15 @@ def _main_format(modules) -> str:
     return weight.most_common(1)[0][0]
 
 
-def estimate_kernels(inventory: Inventory, backend: str | None = None) -> KernelProfile:
-    """Kernels per decode step from kernels.toml. `backend` (e.g. "marlin",
-    "flashinfer-cutlass") picks that backend wherever the table has it for a format."""
-    if backend and backend not in known_backends():
-        raise RooflineError(f"unknown kernel backend {backend!r}; known: {', '.join(sorted(known_backends()))}")
+def estimate_kernels(inventory: Inventory, backend: str | None = None, moe_backend: str | None = None) -> KernelProfile:
+    """Kernels per decode step from kernels.toml. `backend` (vLLM's --linear-backend spelling, e.g.
+    "marlin", "flashinfer_cutlass") picks that GEMM backend wherever the table has it for a format;
+    `moe_backend` the routed experts' (default: the same name). A backend the table does not count
+    for a format (emulation, a backend not measured) keeps the format's default row."""
+    moe_backend = moe_backend or backend
+    for name in {backend, moe_backend} - {None}:
+        if name not in vllm_backend_names():
+            raise RooflineError(f"unknown kernel backend {name!r}; vLLM's names: {', '.join(sorted(vllm_backend_names()))}")
     table = load_table("kernels")
     roles_table, core = table["role"], table["core"]
     shape = inventory.shape
@@ -125,8 +116,9 @@ def estimate_kernels(inventory: Inventory, backend: str | None = None) -> Kernel
 
     by_layer: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     outside: dict[str, list] = defaultdict(list)
+    counted = roles_where(kernels="gemm") | roles_where(kernels="moe") | roles_where(kernels="gather")
     for m in inventory.modules:
-        if m.role in SKIPPED_ROLES:
+        if m.role not in counted:
             continue
         if m.layer is None or m.layer >= shape.num_layers:
             outside[m.role].append(m)
@@ -152,13 +144,13 @@ def estimate_kernels(inventory: Inventory, backend: str | None = None) -> Kernel
                 continue
             spec = roles_table[role]
             fmt = _main_format(roles[role])
-            gemm = _gemm_entry(fmt, backend)
+            gemm = _entry("gemm", fmt, backend)
             kernels = spec["gemms"] * gemm["kernels"] + spec["other"]
             counts.append(KernelCount(layer, role, gemm["backend"], kernels,
                                       f"{spec['source']}; {fmt}: {gemm['source']}"))
         if "moe_experts" in roles:
             fmt = _main_format(roles["moe_experts"])
-            moe = _moe_entry(fmt, backend)
+            moe = _entry("moe", fmt, moe_backend)
             counts.append(KernelCount(layer, "moe_experts", moe["backend"], moe["kernels"], f"{fmt}: {moe['source']}"))
 
     # the token's embedding row is gathered whether or not the inventory lists the table
@@ -167,7 +159,7 @@ def estimate_kernels(inventory: Inventory, backend: str | None = None) -> Kernel
     counts.append(KernelCount(None, "norms", "vllm", core["final_norm"]["kernels"], core["final_norm"]["source"]))
     lm_head = outside.get("lm_head")
     fmt = _main_format(lm_head) if lm_head else "bf16"
-    gemm = _gemm_entry(fmt, backend)
+    gemm = _entry("gemm", fmt, backend)
     counts.append(KernelCount(None, "lm_head", gemm["backend"], gemm["kernels"],
                               f"{roles_table['lm_head']['source']}; {fmt}: {gemm['source']}"))
     counts.append(KernelCount(None, "step", "vllm", core["step"]["kernels"], core["step"]["source"]))

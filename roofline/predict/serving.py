@@ -4,41 +4,50 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from roofline.data import load_table
-from roofline.model.formats import PLAIN_FORMATS
 from roofline.model.inventory import Inventory
 
-from .traffic import Scenario
+from .backends import backend_named
+from .hardware import Hardware
+from .step import StepConfig
+from .topology import Topology, tensor_parallel_placement
+from .traffic import KV_SPELLINGS, Scenario
 
-# vLLM's --kv-cache-dtype spellings -> the traffic model's (others: not modelled)
-KV_DTYPES = {"auto": "auto", "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16",
-             "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+KV_DTYPES = KV_SPELLINGS  # vLLM's --kv-cache-dtype spellings -> the traffic model's
 
 
 @dataclass(frozen=True)
 class Serving:
     """One server's decode configuration, as far as it could be seen."""
 
-    kv_cache_dtype: str = "auto"  # the traffic model's spelling (KV_DTYPES values)
+    kv_cache_dtype: str = "auto"  # the traffic model's spelling (KV_SPELLINGS values)
     context: int = 1024  # mean tokens in the KV cache over the measured decode
     speculative_tokens: int = 0
     acceptance: float = 0.0  # per-draft-token chance (1 + a + ... + a^n tokens per step)
     graphs: bool = True  # CUDA graphs on (vLLM's default) or eager
     tp: int = 1
-    backend: str | None = None  # GEMM backend of the checkpoint's main format; None: vLLM's default here
+    backend: str | None = None  # vLLM's name of the main format's GEMM backend; None: vLLM's default here
 
     def scenario(self) -> Scenario:
         return Scenario(batch=1, context=self.context, kv_cache_dtype=self.kv_cache_dtype,
                         speculative_tokens=self.speculative_tokens,
                         acceptance_rate=min(self.acceptance, 0.999999) if self.speculative_tokens else 0.7)
 
+    def step_config(self, inventory: Inventory, hardware: Hardware) -> StepConfig:
+        """The step model's configuration of this server (single stream)."""
+        scenario = self.scenario()
+        fmt = inventory.main_format()
+        topology, placement = Topology(tp=self.tp), None
+        if self.tp > 1:
+            placement = tensor_parallel_placement(hardware, self.tp)
+        return StepConfig(batch=1, context=self.context, kv_cache_dtype=self.kv_cache_dtype, graphs=self.graphs,
+                          backend=backend_named(fmt, self.backend, hardware), topology=topology,
+                          placement=placement, speculative_tokens=self.speculative_tokens,
+                          acceptance_rate=scenario.acceptance_rate)
+
 
 def main_format(inventory: Inventory) -> str | None:
-    """The quantized format holding most weight bytes (None: an unquantized checkpoint)."""
-    totals: dict[str, int] = {}
-    for module in inventory.modules:
-        if module.format not in PLAIN_FORMATS.values() and module.params:
-            totals[module.format] = totals.get(module.format, 0) + module.nbytes
-    return max(totals, key=totals.get) if totals else None
+    """The checkpoint's main quantized format (None: unquantized)."""
+    return inventory.main_quantized_format()
 
 
 def backend_of(kernel_label: str | None) -> str | None:

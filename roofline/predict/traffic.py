@@ -12,9 +12,14 @@ from dataclasses import dataclass, field
 from roofline.errors import RooflineError
 from roofline.model.formats import DTYPE_BITS, TORCH_DTYPES
 from roofline.model.inventory import Inventory, Module
-from roofline.model.roles import NOT_READ_IN_TEXT_DECODE
+from roofline.model.roles import role_properties
 
+# The KV cache dtype vocabulary, in one place: bytes per element of each name the model uses, and
+# vLLM's --kv-cache-dtype spellings mapped onto those names ("auto" is resolved by kv_dtype_and_bytes)
 KV_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp32": 4}
+KV_SPELLINGS = {"auto": "auto", "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16",
+                "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+ROUTINGS = ("uniform", "shared")  # MoE experts per step: independent per token, or one prompt to every stream
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,9 @@ class Scenario:
     kv_cache_dtype: str = "auto"  # auto (the model dtype) | bf16 | fp16 | fp8
     speculative_tokens: int = 0  # MTP draft tokens per step; 0 = speculative decoding off
     acceptance_rate: float = 0.7  # chance each draft token is accepted (when speculative)
+    # MoE experts a step of B sequences reads: "uniform" (each token picks its experts independently:
+    # E(1-(1-k/E)^B) distinct) or "shared" (every stream decodes the same text: one sequence's experts)
+    routing: str = "uniform"
 
     def validate(self) -> "Scenario":
         if self.batch < 1:
@@ -36,6 +44,8 @@ class Scenario:
             raise RooflineError("--speculative must be non-negative")
         if not 0 <= self.acceptance_rate < 1:
             raise RooflineError("acceptance rate must be in [0, 1)")
+        if self.routing not in ROUTINGS:
+            raise RooflineError(f"--routing {self.routing!r}: use uniform or shared")
         return self
 
     def tokens_per_step(self) -> float:
@@ -93,6 +103,7 @@ def dtype_bytes(name: str) -> float:
 
 
 def kv_dtype_and_bytes(inventory: Inventory, scenario: Scenario) -> tuple[str, float]:
+    """The KV cache dtype a scenario runs at, "auto" resolved: the one place that resolves it."""
     if scenario.kv_cache_dtype == "auto":
         # vLLM "auto": the model's dtype (a checkpoint's FP8 KV scales apply only with
         # --kv-cache-dtype fp8)
@@ -102,21 +113,43 @@ def kv_dtype_and_bytes(inventory: Inventory, scenario: Scenario) -> tuple[str, f
 
 
 def module_read_fraction(module: Module, inventory: Inventory, scenario: Scenario, tokens_in_step: float) -> float:
-    """Share of a module's bytes one decode step reads (before dividing by tokens)."""
-    role = module.role
-    if role in NOT_READ_IN_TEXT_DECODE:
+    """Share of a module's bytes one decode step reads (before dividing by tokens), by its role's
+    `read` property (roofline/data/roles.toml)."""
+    read = role_properties(module.role).read
+    if read == "none":
         return 0.0
-    if role == "mtp":
+    if read == "per_draft":
         return float(scenario.speculative_tokens)  # the draft head runs once per draft token
-    if role == "embedding":
+    if read == "row":
         rows = _rows(module)
         return min(1.0, tokens_in_step / rows) if rows else 0.0
-    if role == "moe_experts":
+    if read == "routed":
         experts = module.experts or inventory.shape.num_experts
         top_k = inventory.shape.experts_per_token
         if experts and top_k:
-            return distinct_experts(experts, top_k, tokens_in_step) / experts
+            return distinct_experts(experts, top_k, _routed_tokens(scenario, tokens_in_step)) / experts
     return 1.0
+
+
+def _routed_tokens(scenario: Scenario, tokens_in_step: float) -> float:
+    """Tokens whose expert choices are independent: all of them, or with shared routing (one
+    prompt sent to every stream) one sequence's."""
+    return tokens_in_step / scenario.batch if scenario.routing == "shared" else tokens_in_step
+
+
+def kv_bytes_by_layer(inventory: Inventory, scenario: Scenario) -> dict[int, float]:
+    """KV cache bytes one sequence's step reads, per attention layer (capped by sliding windows)."""
+    _, kv_bytes = kv_dtype_and_bytes(inventory, scenario)
+    return {layer.layer: layer.kv_elements_per_token() * min(scenario.context, layer.window or scenario.context)
+            * kv_bytes for layer in inventory.shape.attention}
+
+
+def state_bytes_by_layer(inventory: Inventory) -> dict[int, float]:
+    """Recurrent state bytes one sequence's step reads and writes back, per GDN / Mamba layer
+    (the state in its dtype, the conv window in the model dtype)."""
+    shape = inventory.shape
+    state_bytes, conv_bytes = dtype_bytes(shape.state_dtype), dtype_bytes(shape.dtype)
+    return {r.layer: 2 * (r.state_elements * state_bytes + r.conv_elements * conv_bytes) for r in shape.recurrent}
 
 
 def _rows(module: Module) -> int:
@@ -138,14 +171,10 @@ def compute_traffic(inventory: Inventory, scenario: Scenario) -> Traffic:
         source_bytes = by_name[m.tied_to].nbytes if m.tied_to and m.tied_to in by_name else nbytes
         modules.append(ModuleTraffic(m.name, m.role, m.layer, m.format, m.quant_method, m.params, nbytes,
                                      fraction, source_bytes * fraction / tokens_out))
-    kv_dtype, kv_bytes = kv_dtype_and_bytes(inventory, scenario)
+    kv_dtype, _ = kv_dtype_and_bytes(inventory, scenario)
     shape = inventory.shape
-    kv_per_seq = sum(layer.kv_elements_per_token() * min(scenario.context, layer.window or scenario.context)
-                     for layer in shape.attention) * kv_bytes
-    state_bytes = dtype_bytes(shape.state_dtype)
-    conv_bytes = dtype_bytes(shape.dtype)
-    # recurrent state is read and written back every step
-    state_per_seq = sum(2 * (r.state_elements * state_bytes + r.conv_elements * conv_bytes) for r in shape.recurrent)
+    kv_per_seq = sum(kv_bytes_by_layer(inventory, scenario).values())
+    state_per_seq = sum(state_bytes_by_layer(inventory).values())
     notes = []
     if scenario.speculative_tokens and not any(m.role == "mtp" for m in inventory.modules):
         notes.append("speculative decoding on, but the checkpoint has no MTP / draft layers: draft cost not counted")
@@ -154,7 +183,8 @@ def compute_traffic(inventory: Inventory, scenario: Scenario) -> Traffic:
         kv_bytes_per_token=kv_per_seq * scenario.batch / tokens_out,
         state_bytes_per_token=state_per_seq * scenario.batch / tokens_out,
         kv_dtype=kv_dtype, tokens_per_step=tokens_per_seq_step,
-        expected_experts_per_step=distinct_experts(shape.num_experts, shape.experts_per_token, tokens_in_step)
+        expected_experts_per_step=distinct_experts(shape.num_experts, shape.experts_per_token,
+                                                   _routed_tokens(scenario, tokens_in_step))
         if shape.num_experts else 0.0,
         notes=notes,
     )

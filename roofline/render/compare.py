@@ -23,8 +23,8 @@ def render_compare(comparison: Comparison) -> str:
         rows.append([str(row.rank), row.name, format_label(row.main_format), human_bytes(r.inventory.weight_bytes),
                      human_bytes(t.bytes_per_token), human_bytes(t.weight_bytes_per_token),
                      human_bytes(t.kv_bytes_per_token), human_bytes(t.state_bytes_per_token),
-                     f"{r.ceiling.ceiling_tok_s:.1f}", f"{r.expected_tok_s:.1f}",
-                     f"x{cg.benefit:.2f}" if cg else "-", residual, "yes" if row.fits else "NO", row.backend])
+                     f"{r.ceiling_tok_s:.1f}", f"{r.expected_tok_s:.1f}",
+                     f"x{cg['benefit']:.2f}" if cg else "-", residual, "yes" if row.fits else "NO", row.backend])
     lines += ["  " + line for line in text_table(rows, {0, 3, 4, 5, 6, 7, 8, 9, 10})]
     explained = [row for row in comparison.rows if row.differences]
     if explained:

@@ -31,14 +31,14 @@ def render_kernels(profile, graph, hardware) -> str:
     lines.append("")
     lines.append("  by role: " + ", ".join(f"{role} {n:.0f}" for role, n in profile.by_role().items()))
     if graph is not None:
-        c = graph.costs
         lines += [
             "",
-            f"  on {hardware.name}: CUDA graphs {graph.graph_tok_s:.1f} tok/s, eager {graph.eager_tok_s:.1f} tok/s, "
-            f"benefit {graph.benefit:.2f}x",
-            f"  host cost {c.host_us_per_kernel:g} us/kernel ({c.host_kind}), graph floor "
-            f"{c.graph_floor_us_per_kernel:g} us/kernel ({c.floor_kind}); sources: roofline/data/launch.toml",
-            f"  advice: {graph.advice}",
+            f"  on {hardware.name}: CUDA graphs {graph['graph_tok_s']:.1f} tok/s, eager {graph['eager_tok_s']:.1f} tok/s, "
+            f"benefit {graph['benefit']:.2f}x",
+            f"  host cost {graph['host_us_per_kernel']:g} us/kernel ({graph['host_cost_kind']}), graph floor "
+            f"{graph['graph_floor_us_per_kernel']:g} us/kernel ({graph['graph_floor_kind']}); sources: "
+            "roofline/data/launch.toml",
+            f"  advice: {graph['advice']}",
         ]
     for note in profile.notes:
         lines.append(f"  note: {note}")

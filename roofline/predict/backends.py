@@ -1,0 +1,106 @@
+"""The GEMM / MoE backends vLLM runs a format on, as data (roofline/data/rules.toml [[backend]]),
+spelled as vLLM spells them (roofline/data/serving.toml [backends]).
+
+A Backend is what the step model prices a format's GEMMs with: the tensor-core format they run in
+(`compute`), the share of the achievable bandwidth the path reaches relative to the hardware's
+calibrated efficiency, and the vLLM names (--linear-backend / --moe-backend) that pick the kernel
+counts in roofline/data/kernels.toml and go on the serve line.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+
+from roofline.data import load_table
+from roofline.errors import RooflineError
+
+from .hardware import Hardware
+
+
+@dataclass(frozen=True)
+class Backend:
+    format: str
+    name: str  # a label for people: "NVFP4 W4A16 Marlin"
+    min_cc: float
+    compute: str  # hardware.toml tensor_tflops key the GEMMs run in
+    relative_efficiency: float
+    source: str
+    max_cc: float | None = None
+    linear_backend: str | None = None  # vLLM --linear-backend value
+    moe_backend: str | None = None  # vLLM --moe-backend value
+    reason: str = ""
+    requires: str = ""
+    # an emulation path writes a BF16 copy of each weight and reads it back every step
+    dequantized_bytes_per_weight: float = 0.0
+
+    @property
+    def vllm_name(self) -> str | None:
+        return self.linear_backend or self.moe_backend
+
+
+@functools.lru_cache(maxsize=1)
+def vllm_backend_names() -> frozenset[str]:
+    table = load_table("serving")["backends"]
+    return frozenset(table["linear"]) | frozenset(table["moe"]) | frozenset(table["unflagged"])
+
+
+def _checked(name: str | None, where: str) -> str | None:
+    if name is not None and name not in vllm_backend_names():
+        raise RooflineError(f"{where}: backend {name!r} is not one of vLLM's spellings "
+                            f"(roofline/data/serving.toml [backends])")
+    return name
+
+
+@functools.lru_cache(maxsize=1)
+def backends() -> tuple[Backend, ...]:
+    out = []
+    for entry in load_table("rules").get("backend", []):
+        backend = Backend(**entry)
+        _checked(backend.linear_backend, "rules.toml [[backend]]")
+        _checked(backend.moe_backend, "rules.toml [[backend]]")
+        out.append(backend)
+    for kind in ("gemm", "moe"):
+        for entry in load_table("kernels")[kind]:
+            _checked(entry["backend"], f"kernels.toml [[{kind}]]")
+    for entry in load_table("doctor")["kernel"]:
+        _checked(entry["backend"], "doctor.toml [[kernel]]")
+    return tuple(out)
+
+
+def backends_for(fmt: str, hardware: Hardware) -> list[Backend]:
+    """The backends that run `fmt` on this device, vLLM's default first."""
+    cc = float(hardware.compute_capability)
+    return [b for b in backends() if b.format == fmt and cc >= b.min_cc and (b.max_cc is None or cc < b.max_cc)]
+
+
+def default_backend(fmt: str, hardware: Hardware) -> Backend:
+    """vLLM's default for `fmt` here; a format no entry rates runs its GEMMs in BF16 at the
+    hardware's own efficiency."""
+    if hardware.host == "cpu":  # no tensor-core backends: vLLM-CPU runs its GEMMs in the model dtype
+        return Backend(fmt, "CPU (oneDNN / torch GEMM)", 0.0, "bf16", 1.0, "vLLM CPU backend: GEMMs in the model dtype")
+    found = backends_for(fmt, hardware)
+    if found:
+        return found[0]
+    return Backend(fmt, "unrated", 0.0, "bf16", 1.0, "no backend rated for this format on this device")
+
+
+def _emulation(name: str) -> float:
+    for entry in load_table("doctor")["kernel"]:
+        if entry["backend"] == name:
+            return float(entry.get("dequantized_bytes_per_weight", 0.0))
+    return 0.0
+
+
+def backend_named(fmt: str, name: str | None, hardware: Hardware) -> Backend:
+    """The backend a server runs `fmt` on, by vLLM's name for it (a capture's kernel); None: the
+    default. A name no entry rates here keeps the hardware's efficiency (nothing was measured)."""
+    if name is None:
+        return default_backend(fmt, hardware)
+    _checked(name, "backend")
+    for entry in backends_for(fmt, hardware):
+        if name in (entry.linear_backend, entry.moe_backend):
+            return entry
+    default = default_backend(fmt, hardware)
+    return replace(default, name=name, linear_backend=name, moe_backend=name, relative_efficiency=1.0,
+                   source=f"{name}: not rated for this format here (relative efficiency 1.0)",
+                   dequantized_bytes_per_weight=_emulation(name))

