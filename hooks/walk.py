@@ -37,10 +37,6 @@ TENSOR_FIELDS = ("attr", "kind", "dtype", "shape", "nbytes", "shard_dim", "share
 _KERNEL_ATTRS = ("kernel", "fp8_linear", "linear_kernel", "moe_kernel", "experts_cls", "moe_mk")
 
 
-def _dtype_name(tensor) -> str:
-    return str(tensor.dtype).removeprefix("torch.")
-
-
 def _describe(value) -> str | None:
     """A short name for a chosen kernel / backend object (an enum, a class or an instance)."""
     if value is None:
@@ -90,15 +86,6 @@ def _attr(module, name):
         except Exception:  # noqa: BLE001 - a property that fails: treat as absent
             value = None
     return value
-
-
-def _module_tensors(module, tensor_type):
-    """(attribute, kind, tensor) for everything the module holds directly."""
-    out = [(attr, "parameter", t) for attr, t in module._parameters.items() if t is not None]
-    out.extend((attr, "buffer", t) for attr, t in module._buffers.items() if t is not None)
-    out.extend((attr, "attribute", v) for attr, v in module.__dict__.items()
-               if isinstance(v, tensor_type))
-    return out
 
 
 def _shard_dim(module, attr, tensor, families) -> int | None | str:

@@ -193,9 +193,7 @@ def _checkpoint_name(base: Inventory, target: str, recipe: str) -> tuple[str, st
         return base.model_id, ""
     name = base_model_name(base.model_id)
     made = producer(target)
-    suffix = {"nvfp4-w4a16": "NVFP4A16", "nvfp4-w4a4": "NVFP4", "fp8": "FP8-dynamic", "mxfp4": "MXFP4",
-              "int4-awq": "AWQ", "int4": "W4A16", "int8": "W8A8", "fp8-block": "FP8"}.get(target, target)
-    return f"./{name}-{suffix}", f"{made.tool}; recipe {recipe}"
+    return f"./{name}-{made.suffix or target}", f"{made.tool}; recipe {recipe}"
 
 
 # Within one plan the same simulated inventory is priced under the same scenario several times

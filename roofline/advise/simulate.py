@@ -48,6 +48,7 @@ class Recipe:
 class Producer:
     method: str
     tool: str
+    suffix: str = ""  # the made checkpoint's name after its base: Qwen3-8B-<suffix>
 
 
 @functools.lru_cache(maxsize=1)
@@ -76,7 +77,7 @@ def producer(fmt: str) -> Producer:
     entry = load_table("recipes").get("producer", {}).get(fmt)
     if entry is None:
         raise RooflineError(f"no producer known for format {fmt!r} (recipes.toml [producer])")
-    return Producer(entry["method"], entry["tool"])
+    return Producer(entry["method"], entry["tool"], entry.get("suffix", ""))
 
 
 def format_for(recipe: Recipe, role: str, target: str) -> str | None:

@@ -6,6 +6,7 @@ import os
 import click
 
 from roofline.errors import RooflineError
+from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
 from .options import source_options
@@ -17,7 +18,7 @@ DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
 @click.command(name="capacity")
 @click.argument("model", required=False)
 @source_options
-@click.option("--hardware", "hardware_name", default="gb10", show_default=True,
+@click.option("--hardware", "hardware_name", default=DEFAULT_HARDWARE, show_default=True,
               help="Target from the hardware catalogue or a `calibrate --save` entry.")
 @click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s.")
 @click.option("--gpu-memory-utilization", type=types.EFFICIENCY, default=None,

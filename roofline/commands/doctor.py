@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from roofline.errors import RooflineError
+from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
 from .output import print_json
@@ -20,7 +21,7 @@ EPILOG = ("Exit codes: 0 diagnosed; 1 nothing to diagnose (server or checkpoint 
 @click.option("--capture", "capture_path", type=click.Path(dir_okay=False), default=None,
               help="The capture file the server's roofline plugin wrote at load time "
                    "(ROOFLINE_CAPTURE=FILE when starting vLLM): kernels, graph mode, TP, speculation.")
-@click.option("--hardware", "hardware_name", default="gb10", show_default=True,
+@click.option("--hardware", "hardware_name", default=DEFAULT_HARDWARE, show_default=True,
               help="The server's hardware, from the catalogue or a `calibrate --save` entry.")
 @click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s.")
 @click.option("--context", type=types.CONTEXT_TOKENS, default=1024, show_default=True,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from roofline.predict.hardware import get_hardware
+from roofline.predict.hardware import DEFAULT_HARDWARE, get_hardware
 from roofline.predict.traffic import Scenario
 
 from . import types
@@ -11,7 +11,7 @@ from . import types
 
 def scenario_options(func):
     for option in reversed([
-        click.option("--hardware", "hardware_name", default="gb10", show_default=True,
+        click.option("--hardware", "hardware_name", default=DEFAULT_HARDWARE, show_default=True,
                      help="Target from the hardware catalogue (gb10, h100-sxm, h200, b200, rtx-pro-6000, ...)."),
         click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s."),
         click.option("--batch", type=types.SEQUENCES, default=1, show_default=True, help="Sequences decoded together."),

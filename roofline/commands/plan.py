@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from roofline.errors import RooflineError
+from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
 from .options import no_cache_option
@@ -31,7 +32,7 @@ def _split(value: str, what: str) -> list[str]:
               help="Formats to simulate, comma-separated (keys of roofline/data/formats.toml).")
 @click.option("--recipe", "recipes", default=DEFAULT_RECIPES, show_default=True,
               help="Quantization recipes, comma-separated (roofline/data/recipes.toml).")
-@click.option("--hardware", "hardware_name", default="gb10", show_default=True, help="Target from the hardware catalogue.")
+@click.option("--hardware", "hardware_name", default=DEFAULT_HARDWARE, show_default=True, help="Target from the hardware catalogue.")
 @click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s.")
 @click.option("--concurrency", type=types.SEQUENCES, default=1, show_default=True, help="Concurrent sequences to serve.")
 @click.option("--context", type=types.CONTEXT_TOKENS, default=4096, show_default=True, help="Tokens per sequence (KV cache length).")

@@ -11,12 +11,6 @@ from .text import text_table
 
 SCHEMA = "roofline.doctor/1"
 
-EXIT_CODES = {0: "diagnosed: everything asked for was seen and measured",
-              1: "nothing to diagnose: the server or the checkpoint could not be read (one line says why)",
-              2: "bad usage: an option out of range, a missing argument",
-              3: "partial: the diagnosis printed stands on less than was asked for (see `problems`)"}
-
-
 def doctor_json(obs: Observation, diagnosis: Diagnosis, hardware: Hardware) -> dict:
     facts, engine, serving = obs.facts, obs.engine, obs.serving
     bench = obs.bench
