@@ -84,6 +84,12 @@ def test_every_command_reports_the_step_model(inventories, kind, hardware):
                        "--formats", "bf16", "--recipe", "default", "--concurrency", str(batch), "--tp", str(tp),
                        "--json")
             top = plan["top_pick"]
+            # the simulated table prices each format as its default-backend row does
+            for simulated in plan["simulated"]:
+                row = next(r for r in plan["recommendations"] if (r["format"], r["recipe"]) ==
+                           (simulated["format"], simulated["recipe"]))
+                if tp == 1:
+                    close(simulated["expected_tok_s"], row["single_stream_tok_s"], f"plan simulated table ({at})")
             close(top["single_stream_tok_s"], model[1, tp, True], f"plan 1-stream TP{tp} ({at})")
             close(top["aggregate_tok_s"], model[batch, tp, True], f"plan aggregate TP{tp} ({at})")
         out = run("plan", path, "--hardware", hardware, "--context", str(CONTEXT), "--kv-cache-dtype", KV,
@@ -153,3 +159,22 @@ def test_no_second_step_time_path():
             if PRICED.search(code) and "f\"" not in code and "f'" not in code:
                 offenders.append(f"{relative}:{number}: {line.strip()}")
     assert offenders == [], "step arithmetic outside roofline/predict/step.py:\n" + "\n".join(offenders)
+
+
+def test_doctor_names_the_graph_cause_at_tp2(inventories):
+    """Eager at TP=2: the graph cause is found and priced by the same model (it was switched off at
+    TP > 1 while the TP path could not time graphs)."""
+    from dataclasses import replace
+
+    from roofline.advise.doctor import Context, diagnose, predict
+    from roofline.predict.serving import Serving
+
+    hardware = get_hardware("h100-sxm")
+    inventory = inventories["moe"]
+    serving = Serving(kv_cache_dtype=KV, context=CONTEXT, graphs=False, tp=2)
+    diagnosis = diagnose(inventory, hardware, serving, None, Context(hardware, {}, True))
+    graphs = next(c for c in diagnosis.causes if c.id == "cuda_graphs")
+    alone = predict(inventory, hardware, replace(serving, graphs=True)).tok_s - diagnosis.predicted_tok_s
+    assert graphs.alone_gain_tok_s == pytest.approx(alone) and alone > 0
+    close(diagnosis.predicted_tok_s, expected(inventory, "h100-sxm", 1, 2, False), "doctor eager TP2")
+    assert diagnosis.best_tok_s == pytest.approx(diagnosis.predicted_tok_s + diagnosis.configuration_gain_tok_s)

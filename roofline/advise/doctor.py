@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from roofline.data import load_table
-from roofline.errors import RooflineError
 from roofline.model.formats import PLAIN_FORMATS, format_label
 from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory

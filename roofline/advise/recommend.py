@@ -219,14 +219,12 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
     `simulated`: inventories already simulated, by (format, recipe), reused instead of redone."""
     simulated = simulated or {}
     workload = workload.validate()
-    cfg = rules()
     notes: list[str] = []
     if workload.tp > 1:
         refusal = tp_refusal(base.config, workload.tp)
         if refusal:
             raise RooflineError(f"--tp {workload.tp}: vLLM refuses this split of {base.model_id}: {refusal}")
         tensor_parallel_placement(hardware, workload.tp, workload.link)  # the link refuses it in one line
-    has_fp8 = "fp8" in hardware.tensor_tflops
     results: list[Recommendation] = []
     seen: dict[tuple, str] = {}
     sims: dict[tuple[str, str], tuple[Inventory, Traffic]] = {}
@@ -238,9 +236,7 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
             if signature in seen:  # e.g. BF16 is the same under every recipe
                 continue
             seen[signature] = recipe_name
-            kv = workload.kv_cache_dtype
-            if kv == "auto":
-                kv = "fp8" if has_fp8 and _kv_share(sim, workload.context) >= cfg["kv_cache"]["min_share"] else "auto"
+            kv = plan_kv_dtype(sim, workload.kv_cache_dtype, workload.context, hardware)
             traffic1 = _traffic(sim, Scenario(batch=1, context=workload.context, kv_cache_dtype=kv))
             sims[(fmt, recipe_name)] = (sim, traffic1)
             candidates = backends_for(fmt, hardware)
@@ -268,6 +264,15 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
         top.reasons.insert(0, f"a tie within ±{100 * tol:.0f}% (the model's uncertainty) with "
                               f"{', '.join(top.tied_with)}; decided by: {top.decided_by}")
     return results, notes
+
+
+def plan_kv_dtype(sim: Inventory, requested: str, context: int, hardware: Hardware) -> str:
+    """The KV dtype a plan row runs: the one asked for; for "auto", fp8 where the device has FP8 and
+    the KV cache is at least rules.toml [kv_cache] min_share of the bytes per token, else vLLM's auto."""
+    if requested != "auto":
+        return requested
+    worth = _kv_share(sim, context) >= rules()["kv_cache"]["min_share"]
+    return "fp8" if hardware.supports("fp8") and worth else "auto"
 
 
 def _kv_share(sim: Inventory, context: int) -> float:
@@ -447,10 +452,10 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
     for name in recipes:
         get_recipe(name)
     workload = Workload(concurrency, context, kv_cache_dtype, memory_budget_gb, tp, link).validate()
-    kv = kv_cache_dtype if kv_cache_dtype != "auto" else ("fp8" if "fp8" in hardware.tensor_tflops else "auto")
     _TRAFFIC.clear()
-    scenario = Scenario(batch=1, context=context, kv_cache_dtype=kv)
-    simulated = simulate_all(inventory, formats, recipes, scenario, hardware)
+    scenario = Scenario(batch=1, context=context, kv_cache_dtype=kv_cache_dtype)
+    simulated = simulate_all(inventory, formats, recipes, scenario, hardware,
+                             kv_for=lambda sim: plan_kv_dtype(sim, kv_cache_dtype, context, hardware))
     for s in simulated:
         _TRAFFIC[(id(s.inventory), s.traffic.scenario)] = (s.inventory, s.traffic)
     evidence = Evidence.gather(base_model_name(inventory.model_id), hardware.key, record_rows)

@@ -226,8 +226,10 @@ class SimulatedFormat:
     step: object = None  # roofline.predict.step.StepTime of one stream, vLLM's default backend
 
 
-def simulate_all(base: Inventory, formats: list[str], recipe_names: list[str], scenario, hardware) -> list[SimulatedFormat]:
+def simulate_all(base: Inventory, formats: list[str], recipe_names: list[str], scenario, hardware,
+                 kv_for=None) -> list[SimulatedFormat]:
     """Each format under each recipe, with its bytes and its step priced by the step model at the
+    scenario (its KV dtype per simulated inventory by `kv_for`, when given), at the
     scenario as an audit of the simulated checkpoint prices it (roofline.audit.audit_step_config)."""
     out = []
     plans: dict[str, StackPlan] = {}
@@ -235,8 +237,9 @@ def simulate_all(base: Inventory, formats: list[str], recipe_names: list[str], s
         recipe = get_recipe(recipe_name)
         for fmt in formats:
             inventory = simulate(base, fmt, recipe, plans)
-            traffic = compute_traffic(inventory, scenario)
-            step = price_step(inventory, hardware, audit_step_config(scenario))
+            here = replace(scenario, kv_cache_dtype=kv_for(inventory)) if kv_for else scenario
+            traffic = compute_traffic(inventory, here)
+            step = price_step(inventory, hardware, audit_step_config(here))
             out.append(SimulatedFormat(fmt, recipe_name, inventory, inventory.weight_bytes, traffic.bytes_per_token,
                                        step.ceiling_tok_s, step.tok_s, traffic, step))
     return out

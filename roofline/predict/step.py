@@ -37,7 +37,7 @@ from roofline.model.roles import role_properties
 from .backends import Backend, default_backend
 from .hardware import Hardware
 from .kernels import KernelProfile, estimate_kernels
-from .launch import LaunchCosts, graphs_apply, launch_costs
+from .launch import LaunchCosts, launch_costs
 from .links import allreduce_factor
 from .topology import (
     ACTIVATION_BYTES,
