@@ -196,22 +196,6 @@ def _checkpoint_name(base: Inventory, target: str, recipe: str) -> tuple[str, st
     return f"./{name}-{made.suffix or target}", f"{made.tool}; recipe {recipe}"
 
 
-# Within one plan the same simulated inventory is priced under the same scenario several times
-# (ranking, KV share, step time): one traffic per (inventory, scenario). Cleared by build_plan; the
-# inventory is kept beside its traffic, so an id is never mistaken for a later object's.
-_TRAFFIC: dict[tuple[int, Scenario], tuple[Inventory, Traffic]] = {}
-
-
-def _traffic(inventory: Inventory, scenario: Scenario) -> Traffic:
-    key = (id(inventory), scenario)
-    hit = _TRAFFIC.get(key)
-    if hit is not None and hit[0] is inventory:
-        return hit[1]
-    traffic = compute_traffic(inventory, scenario)
-    _TRAFFIC[key] = (inventory, traffic)
-    return traffic
-
-
 def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: list[str],
               recipe_names: list[str], simulated: dict[tuple[str, str], Inventory] | None = None,
               evidence: Evidence | None = None) -> tuple[list[Recommendation], list[str]]:
@@ -237,7 +221,7 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
                 continue
             seen[signature] = recipe_name
             kv = plan_kv_dtype(sim, workload.kv_cache_dtype, workload.context, hardware)
-            traffic1 = _traffic(sim, Scenario(batch=1, context=workload.context, kv_cache_dtype=kv))
+            traffic1 = compute_traffic(sim, Scenario(batch=1, context=workload.context, kv_cache_dtype=kv))
             sims[(fmt, recipe_name)] = (sim, traffic1)
             candidates = backends_for(fmt, hardware)
             if not candidates:
@@ -276,7 +260,7 @@ def plan_kv_dtype(sim: Inventory, requested: str, context: int, hardware: Hardwa
 
 
 def _kv_share(sim: Inventory, context: int) -> float:
-    traffic = _traffic(sim, Scenario(batch=1, context=context))
+    traffic = compute_traffic(sim, Scenario(batch=1, context=context))
     return traffic.kv_bytes_per_token / traffic.bytes_per_token if traffic.bytes_per_token else 0.0
 
 
@@ -452,12 +436,9 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
     for name in recipes:
         get_recipe(name)
     workload = Workload(concurrency, context, kv_cache_dtype, memory_budget_gb, tp, link).validate()
-    _TRAFFIC.clear()
     scenario = Scenario(batch=1, context=context, kv_cache_dtype=kv_cache_dtype)
     simulated = simulate_all(inventory, formats, recipes, scenario, hardware,
                              kv_for=lambda sim: plan_kv_dtype(sim, kv_cache_dtype, context, hardware))
-    for s in simulated:
-        _TRAFFIC[(id(s.inventory), s.traffic.scenario)] = (s.inventory, s.traffic)
     evidence = Evidence.gather(base_model_name(inventory.model_id), hardware.key, record_rows)
     recommendations, notes = recommend(inventory, hardware, workload, formats, recipes,
                                        simulated={(s.format, s.recipe): s.inventory for s in simulated},
@@ -466,6 +447,5 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
         q = base_of.quant
         notes.insert(0, f"{base_of.model_id} is quantized ({q.method}{' ' + q.algo if q.algo else ''}): the formats are "
                         f"simulated from its base, {inventory.model_id} (its config without the quantization config)")
-    _TRAFFIC.clear()
     return Plan(inventory, hardware, workload, simulated, recommendations, notes,
                 base_of=base_of.model_id if base_of is not None else None)

@@ -233,13 +233,21 @@ def simulate_all(base: Inventory, formats: list[str], recipe_names: list[str], s
     scenario as an audit of the simulated checkpoint prices it (roofline.audit.audit_step_config)."""
     out = []
     plans: dict[str, StackPlan] = {}
+    priced: dict[tuple, tuple] = {}
     for recipe_name in recipe_names:
         recipe = get_recipe(recipe_name)
         for fmt in formats:
             inventory = simulate(base, fmt, recipe, plans)
             here = replace(scenario, kv_cache_dtype=kv_for(inventory)) if kv_for else scenario
-            traffic = compute_traffic(inventory, here)
-            step = price_step(inventory, hardware, audit_step_config(here))
+            # recipes that leave the same modules in the same formats (BF16 under every recipe, a dense
+            # model under default and modelopt) are one simulation: priced once
+            signature = (tuple(m.format for m in inventory.modules), here)
+            if signature in priced:
+                _, traffic, step = priced[signature]
+            else:
+                traffic = compute_traffic(inventory, here)
+                step = price_step(inventory, hardware, audit_step_config(here))
+                priced[signature] = (inventory, traffic, step)
             out.append(SimulatedFormat(fmt, recipe_name, inventory, inventory.weight_bytes, traffic.bytes_per_token,
                                        step.ceiling_tok_s, step.tok_s, traffic, step))
     return out

@@ -15,6 +15,7 @@ from roofline.model.inventory import Inventory
 from roofline.model.roles import ROLES, roles_where
 
 from .backends import vllm_backend_names
+from .memo import IdentityMemo
 
 # roles whose modules are GEMMs counted by kernels.toml [role.*] (roles.toml `kernels`), in the
 # order a layer runs them
@@ -97,6 +98,9 @@ def _main_format(modules) -> str:
     return weight.most_common(1)[0][0]
 
 
+_MEMO = IdentityMemo(64)
+
+
 def estimate_kernels(inventory: Inventory, backend: str | None = None, moe_backend: str | None = None) -> KernelProfile:
     """Kernels per decode step from kernels.toml. `backend` (vLLM's --linear-backend spelling, e.g.
     "marlin", "flashinfer_cutlass") picks that GEMM backend wherever the table has it for a format;
@@ -106,6 +110,11 @@ def estimate_kernels(inventory: Inventory, backend: str | None = None, moe_backe
     for name in {backend, moe_backend} - {None}:
         if name not in vllm_backend_names():
             raise RooflineError(f"unknown kernel backend {name!r}; vLLM's names: {', '.join(sorted(vllm_backend_names()))}")
+    # memoised per inventory object and backends: the profile is shared, read-only
+    return _MEMO.get(inventory, (backend, moe_backend), lambda: _estimate(inventory, backend, moe_backend))
+
+
+def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None) -> KernelProfile:
     table = load_table("kernels")
     roles_table, core = table["role"], table["core"]
     shape = inventory.shape

@@ -14,6 +14,8 @@ from roofline.model.formats import DTYPE_BITS, TORCH_DTYPES
 from roofline.model.inventory import Inventory, Module
 from roofline.model.roles import role_properties
 
+from .memo import IdentityMemo
+
 # The KV cache dtype vocabulary, in one place: bytes per element of each name the model uses, and
 # vLLM's --kv-cache-dtype spellings mapped onto those names ("auto" is resolved by kv_dtype_and_bytes)
 KV_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp32": 4}
@@ -157,8 +159,17 @@ def _rows(module: Module) -> int:
     return max((t.shape[0] for t in weights), default=0)
 
 
+_MEMO = IdentityMemo(64)
+
+
 def compute_traffic(inventory: Inventory, scenario: Scenario) -> Traffic:
+    """Bytes each module, the KV cache and the recurrent state put on one decode step of `scenario`
+    (memoised per inventory object and scenario: the result is shared, read-only)."""
     scenario = scenario.validate()
+    return _MEMO.get(inventory, scenario, lambda: _compute_traffic(inventory, scenario))
+
+
+def _compute_traffic(inventory: Inventory, scenario: Scenario) -> Traffic:
     tokens_per_seq_step = scenario.tokens_per_step()
     # the target model verifies 1 + n tokens per sequence in one step
     tokens_in_step = scenario.batch * (1 + scenario.speculative_tokens)
