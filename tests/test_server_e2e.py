@@ -112,11 +112,11 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
 
     bench_json, record = tmp_path / "bench.json", tmp_path / "validation.jsonl"
     with vllm_server(model_dir, tmp_path / "vllm.log", "--dtype", "bfloat16", "--max-model-len", "1024",
-                     "--max-num-seqs", "8") as server:
+                     "--max-num-seqs", "32") as server:
         url = server.url
         # 2. bench end to end: single stream plus a short concurrency sweep
         bench_text = roofline("bench", "--url", url, "--max-tokens", str(MAX_TOKENS), "--runs", "5",
-                              "--warmup", "2", "--concurrency", "1,2,4,8", "--sweep-rounds", "1",
+                              "--warmup", "2", "--concurrency", "1,2,4,8,16,32", "--sweep-rounds", "1",
                               "--json-out", str(bench_json), env=env).stdout
         # 3. validate the live path too (bench inside validate), short
         live = json.loads(roofline("validate", str(model_dir), "--url", url, "--hardware", "e2e-cpu",
@@ -128,7 +128,7 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
     assert bench["completed"] == 5 and bench["failed"] == 0
     assert bench["ignore_eos_applied"] and bench["completion_tokens"] == MAX_TOKENS  # vLLM honours ignore_eos
     assert bench["ttft_s"]["median"] > 0
-    assert [level["concurrency"] for level in bench["sweep"]] == [1, 2, 4, 8]
+    assert [level["concurrency"] for level in bench["sweep"]] == [1, 2, 4, 8, 16, 32]
     assert all(level["completed"] == level["concurrency"] and level["aggregate_tok_s"]["median"] > 0
                for level in bench["sweep"])
     assert "decode tok/s" in bench_text
@@ -156,7 +156,7 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
     # 4b. the measured concurrency sweep beside the predicted decode curve (calibrate measured this
     # host's bf16 GEMM, so the curve has a real compute roof and a knee)
     curve = result["curve"]
-    assert [row["concurrency"] for row in curve] == [1, 2, 4, 8]
+    assert [row["concurrency"] for row in curve] == [1, 2, 4, 8, 16, 32]
     with capsys.disabled():
         for row in curve:
             print(f"[e2e curve] {row}")
@@ -165,9 +165,11 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
     measured = [row["measured_aggregate_tok_s"] for row in curve]
     assert measured[-1] > measured[0]  # concurrency buys aggregate throughput on the real server
     # the knee: predicted within the sweep, and the real server's aggregate grows more slowly past it
-    # than before it (all 8 streams run at once: --max-num-seqs 8)
+    # than before it (all 32 streams run at once: --max-num-seqs 32). The ridge of a 2-core host moves
+    # with the bandwidth calibrate measures (46-84 GB/s under varying load: the knee from ~6 to ~11
+    # streams at its ~1 TFLOP/s bf16 GEMM), so the sweep reaches well past it
     knee = result["knee_concurrency"]
-    assert knee in (2, 4, 8), result["knee_concurrency"]
+    assert knee in (2, 4, 8, 16, 32), result["knee_concurrency"]
     before = measured[1] / measured[0]
     after = measured[3] / measured[2]
     assert after < before, f"aggregate x{before:.2f} from 1 to 2 streams, x{after:.2f} from 4 to 8"
