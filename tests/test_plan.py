@@ -185,7 +185,7 @@ def _tie_plan(qwen3_8b, hardware="gb10", record_rows=None):
 
 def test_near_ties_are_shown_and_broken_by_measurement(qwen3_8b):
     """INT4 AWQ, MXFP4 and NVFP4 W4A16 predict within ~3% of each other on GB10 (inside the
-    model's ±5%): a tie. NVFP4 W4A16 has a published measurement on GB10 (BRIEF §7): it wins,
+    model's ±5%): a tie. NVFP4 W4A16 has a published measurement on GB10 (roofline/data/measurements.toml): it wins,
     and the plan says so."""
     plan = _tie_plan(qwen3_8b)
     by_format = {}

@@ -19,7 +19,7 @@ from roofline.errors import RooflineError
 # a ceiling rounded in a saved file); 3% covers that without hiding a real excess.
 ABOVE_CEILING_TOLERANCE = 1.03
 # "Near expected": within 20% below the expected speed (or anywhere between it and the ceiling).
-# The GB10 calibration itself spans 0.73-0.78 of the roof across good kernels (BRIEF §7), so a
+# The GB10 calibration itself spans 0.73-0.78 of the roof across good kernels (roofline/data/measurements.toml), so a
 # path within 0.8x of expected is one of the good ones.
 NEAR_EXPECTED = 0.8
 # Below half the expected speed something structural is off (a fallback path, launches, the
