@@ -28,7 +28,7 @@ from roofline.model.inventory import Inventory
 from roofline.predict.backends import backend_named, backends_for
 from roofline.predict.hardware import Hardware
 from roofline.predict.launch import graphs_apply
-from roofline.predict.serving import Serving, main_format
+from roofline.predict.serving import Serving
 from roofline.predict.step import price_step
 from roofline.predict.traffic import Traffic, compute_traffic
 
@@ -87,9 +87,7 @@ def predict(inventory: Inventory, hardware: Hardware, serving: Serving) -> Predi
     """Single-stream decode tok/s this configuration should reach on this hardware (the step model)."""
     step = price_step(inventory, hardware, serving.step_config(inventory, hardware))
     traffic = step.traffic
-    tokens = step.main.batch * step.main.tokens_per_sequence
-    # an emulated kernel's dequantized copy, over every rank
-    extra = step.breakdown().extra_bytes * step.config.topology.tp / tokens
+    extra = step.extra_bytes_per_token
     if not graphs_apply(hardware):
         timing = "bandwidth x efficiency (no CUDA graphs on a CPU)"
     else:
@@ -138,7 +136,7 @@ def _kv_dtype(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]
 def _residuals(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
     """BF16 linears of a quantized checkpoint that the default recipe would quantize: one fix per
     kind of module ("linear_attn.in_proj_qkvz"), worth it above rules' residual share."""
-    target = main_format(inventory)
+    target = inventory.main_quantized_format()
     if target is None:
         return []
     simulated = simulate(inventory, target, get_recipe("default"))
@@ -174,7 +172,7 @@ def _residuals(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix
 
 def _backend(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
     """The main format runs on a backend that rules.toml rates below the best one here, or emulated."""
-    fmt = main_format(inventory)
+    fmt = inventory.main_quantized_format()
     if fmt is None or serving.backend is None:
         return []
     candidates = [b for b in backends_for(fmt, ctx.hardware) if not b.requires]
@@ -294,7 +292,7 @@ def vllm_estimate_misses(inventory: Inventory, traffic: Traffic) -> list[str]:
     """What vLLM's --enable-mfu-metrics estimator cannot see: it sizes every weight by one byte
     count per quantization method (vllm/v1/metrics/perf.py _QUANT_WEIGHT_BYTE_SIZE) and knows no
     ignore list, so modules stored in another format than the main one are mis-sized there."""
-    fmt = main_format(inventory)
+    fmt = inventory.main_quantized_format()
     if fmt is None:
         return []
     odd: dict[str, float] = {}

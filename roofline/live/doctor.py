@@ -21,7 +21,8 @@ from dataclasses import dataclass, field, replace
 from roofline.audit import load_inventory
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
-from roofline.predict.serving import KV_DTYPES, Serving, backend_in_use, backend_of, main_format
+from roofline.predict.serving import Serving, backend_in_use, backend_of
+from roofline.predict.traffic import KV_SPELLINGS
 from roofline.sources.capture import inventory_from_capture_data, load_capture
 from roofline.sources.hub import looks_like_repo_id
 
@@ -160,7 +161,7 @@ def _serving(obs: Observation, context: int) -> None:
         kv_name, kv_where = facts.kv_cache_dtype, "metrics: vllm:cache_config_info cache_dtype"
     elif engine.get("kv_cache_dtype"):
         kv_name, kv_where = engine["kv_cache_dtype"], "capture: cache_config.cache_dtype"
-    kv = KV_DTYPES.get(kv_name or "auto")
+    kv = KV_SPELLINGS.get(kv_name or "auto")
     if kv_name is None:
         obs.unseen.append("KV cache dtype (assumed vLLM's default, auto)")
     elif kv is None:
@@ -183,9 +184,9 @@ def _serving(obs: Observation, context: int) -> None:
     if backend:
         kernels = sorted({m.kernel for m in obs.inventory.modules if m.kernel and backend_of(m.kernel) == backend})
         evidence["backend"] = f"capture: {kernels[0]}" + (f" (+{len(kernels) - 1} more)" if len(kernels) > 1 else "")
-    elif engine and main_format(obs.inventory):
+    elif engine and obs.inventory.main_quantized_format():
         obs.unseen.append("GEMM backend (the capture names no kernel for the main format)")
-    elif not engine and main_format(obs.inventory):
+    elif not engine and obs.inventory.main_quantized_format():
         obs.unseen.append("GEMM backend (only a capture shows it; assumed vLLM's default for the device)")
 
     spec_tokens, acceptance = 0, 0.0

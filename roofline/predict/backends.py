@@ -33,10 +33,6 @@ class Backend:
     # an emulation path writes a BF16 copy of each weight and reads it back every step
     dequantized_bytes_per_weight: float = 0.0
 
-    @property
-    def vllm_name(self) -> str | None:
-        return self.linear_backend or self.moe_backend
-
 
 @functools.lru_cache(maxsize=1)
 def vllm_backend_names() -> frozenset[str]:

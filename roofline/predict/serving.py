@@ -10,16 +10,14 @@ from .backends import backend_named
 from .hardware import Hardware
 from .step import StepConfig
 from .topology import Topology, tensor_parallel_placement
-from .traffic import KV_SPELLINGS, Scenario
-
-KV_DTYPES = KV_SPELLINGS  # vLLM's --kv-cache-dtype spellings -> the traffic model's
+from .traffic import Scenario
 
 
 @dataclass(frozen=True)
 class Serving:
     """One server's decode configuration, as far as it could be seen."""
 
-    kv_cache_dtype: str = "auto"  # the traffic model's spelling (KV_SPELLINGS values)
+    kv_cache_dtype: str = "auto"  # the traffic model's spelling (traffic.KV_SPELLINGS values)
     context: int = 1024  # mean tokens in the KV cache over the measured decode
     speculative_tokens: int = 0
     acceptance: float = 0.0  # per-draft-token chance (1 + a + ... + a^n tokens per step)
@@ -45,11 +43,6 @@ class Serving:
                           acceptance_rate=scenario.acceptance_rate)
 
 
-def main_format(inventory: Inventory) -> str | None:
-    """The checkpoint's main quantized format (None: unquantized)."""
-    return inventory.main_quantized_format()
-
-
 def backend_of(kernel_label: str | None) -> str | None:
     """vLLM's backend name for a capture's kernel label, by doctor.toml [[kernel]]."""
     if not kernel_label:
@@ -63,7 +56,7 @@ def backend_of(kernel_label: str | None) -> str | None:
 
 def backend_in_use(inventory: Inventory) -> str | None:
     """The backend most of the main format's bytes run on, from the capture's kernel labels."""
-    fmt = main_format(inventory)
+    fmt = inventory.main_quantized_format()
     votes: dict[str, int] = {}
     for module in inventory.modules:
         if module.format == fmt and (backend := backend_of(module.kernel)):

@@ -328,6 +328,13 @@ class StepTime:
     def bound(self) -> str:
         return self.breakdown().bound
 
+    @property
+    def extra_bytes_per_token(self) -> float:
+        """An emulated kernel's dequantized copy per decoded token, over every TP rank (the emulated
+        formats' linears are all sharded)."""
+        main = self.main
+        return self.breakdown().extra_bytes * self.config.topology.tp / (main.batch * main.tokens_per_sequence)
+
     # ---------------------------------------------------------------- per rank
     def stage_totals(self) -> list[dict]:
         step = self.main
