@@ -9,6 +9,7 @@ import sys
 import click
 
 from .errors import RooflineError
+from .untrusted import printable, redact_url
 
 # name -> (module, short help). Help text is here so --help needs no import.
 COMMANDS = {
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(code, int) and not isinstance(code, bool):
             return code
     except RooflineError as exc:
-        click.echo(f"error: {exc}", err=True)
+        # one line whatever a server or file put into the message: escaped, credentials redacted
+        click.echo(f"error: {printable(redact_url(str(exc)), 2000)}", err=True)
         return 1
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.UsageError as exc:
         # one line, like every other error: which option, what is wrong, where help is
         command = exc.ctx.command_path if exc.ctx is not None else "roofline"
-        click.echo(f"error: {exc.format_message()} (see '{command} --help')", err=True)
+        click.echo(f"error: {printable(redact_url(exc.format_message()), 2000)} (see '{command} --help')", err=True)
         return exc.exit_code
     except click.ClickException as exc:
         exc.show()

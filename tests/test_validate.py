@@ -288,7 +288,7 @@ def test_malformed_user_hardware_file(tmp_path, monkeypatch):
     hw_file = tmp_path / "hardware.toml"
     monkeypatch.setenv("ROOFLINE_HARDWARE_FILE", str(hw_file))
     hw_file.write_text("[x]\nname = 'x'\n")
-    with pytest.raises(RooflineError, match=r"hardware entry \[x\] is malformed"):
+    with pytest.raises(RooflineError, match=r"hardware.toml: \[x\]: Object missing required field `bandwidth_gbps`"):
         get_hardware("gb10")
     hw_file.write_text("[x\n")
     with pytest.raises(RooflineError, match="cannot read the user hardware file"):

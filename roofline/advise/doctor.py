@@ -215,7 +215,9 @@ def vllm_acceptance(per_token: float, draft_tokens: int) -> float:
     """Per-token chance -> vLLM's acceptance rate (accepted / draft tokens)."""
     if draft_tokens <= 0:
         return 0.0
-    return sum(per_token ** i for i in range(1, draft_tokens + 1)) / draft_tokens
+    if per_token >= 1.0:
+        return 1.0
+    return per_token * (1.0 - per_token ** draft_tokens) / (1.0 - per_token) / draft_tokens
 
 
 def _speculation(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:

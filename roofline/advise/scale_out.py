@@ -3,13 +3,14 @@ refused ones with vLLM's reason, the rest ranked by the step model's tok/s (roof
 each with the commands that start it (Ray for more than one box)."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
 from roofline.predict.hardware import Hardware
 from roofline.predict.kernels import KernelProfile
-from roofline.predict.links import Link, in_box_link, network_link
+from roofline.predict.links import Link, box_devices, in_box_link, named_link, network_link
 from roofline.predict.step import StepConfig, StepTime, price_step
 from roofline.predict.topology import Placement, Topology, place, refusal, topologies
 
@@ -140,6 +141,20 @@ def scale_out(inventory: Inventory, hardware: Hardware, *, boxes: int = 1, devic
               kernels: KernelProfile | None = None) -> ScaleOutPlan:
     if boxes < 1 or devices_per_box < 1:
         raise RooflineError("--boxes and --gpus must be at least 1")
+    per_box = box_devices(hardware)
+    if per_box is not None and devices_per_box > per_box:
+        raise RooflineError(f"--gpus {devices_per_box}: one {hardware.name} box holds {per_box} device"
+                            f"{'s' if per_box != 1 else ''} (roofline/data/hardware.toml links); use --boxes for more")
+    # a link named is checked whether or not this split crosses it: a typo is never ignored
+    if in_box_link_name is not None:
+        named_link(in_box_link_name, "box")
+        if devices_per_box == 1:
+            raise RooflineError(f"--link {in_box_link_name} joins GPUs inside one box, and each box has one "
+                                "(--gpus 1); the link between boxes is --network")
+    if network is not None:
+        named_link(network, "network")
+        if boxes == 1:
+            raise RooflineError(f"--network {network} joins boxes, and this is one box (--boxes 1)")
     devices = boxes * devices_per_box
     in_box = in_box_link(hardware, in_box_link_name) if devices_per_box > 1 else None
     net = network_link(hardware, boxes, network) if boxes > 1 else None
@@ -149,6 +164,11 @@ def scale_out(inventory: Inventory, hardware: Hardware, *, boxes: int = 1, devic
     key = (lambda r: r.single_stream_tok_s) if concurrency == 1 else (lambda r: r.aggregate_tok_s)
     ranked = sorted((r for r in results if r.refused_reason is None), key=key, reverse=True)
     refused = [r for r in results if r.refused_reason is not None]
+    if not ranked:
+        reasons = Counter(r.refused_reason for r in refused).most_common(2)
+        raise RooflineError(f"no split of {inventory.model_id} over {boxes} box{'es' if boxes > 1 else ''} x "
+                            f"{devices_per_box} GPU{'s' if devices_per_box > 1 else ''} works: {len(refused)} refused, "
+                            f"e.g. {'; '.join(reason for reason, _ in reasons)}")
     origin = kernels.origin if kernels is not None else "table"
     return ScaleOutPlan(inventory.model_id, hardware, boxes, devices_per_box, concurrency, context, in_box, net,
                         ranked + refused, origin)

@@ -9,7 +9,7 @@ from roofline.errors import RooflineError
 
 from . import types
 from .options import scenario_from, scenario_options, source_options
-from .output import print_json
+from .output import echo, print_json
 
 
 @click.command(name="audit")
@@ -48,6 +48,6 @@ def command(model, revision, config_only, no_cache, from_vllm, trust_remote_code
         print_json(payload)
     else:
         from roofline.render.audit import render_audit
-        click.echo(render_audit(result, max_rows=rows))
+        echo(render_audit(result, max_rows=rows))
         if html_path:
-            click.echo(f"report: {html_path}")
+            echo(f"report: {html_path}")

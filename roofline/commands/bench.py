@@ -8,7 +8,7 @@ import click
 from roofline.errors import RooflineError
 
 from . import types
-from .output import print_json
+from .output import echo, print_json
 
 
 def bench_options(func):
@@ -67,7 +67,7 @@ def command(url, concurrency_text, sweep_rounds, same_prompt, as_json, json_out,
         raise RooflineError("give --url, the API base of the server, e.g. http://127.0.0.1:8000/v1")
     cfg = config_from(url, kwargs, types.parse_int_list(concurrency_text, "--concurrency", 1, 4096), sweep_rounds,
                       same_prompt)
-    progress = None if (quiet or as_json) else (lambda message: click.echo(message, err=True))
+    progress = None if (quiet or as_json) else (lambda message: echo(message, err=True))
     result = run_bench(cfg, progress=progress)
     payload = result.to_json()
     if json_out:
@@ -78,4 +78,4 @@ def command(url, concurrency_text, sweep_rounds, same_prompt, as_json, json_out,
     else:
         from roofline.render.bench import render_bench
 
-        click.echo(render_bench(result))
+        echo(render_bench(result))

@@ -6,7 +6,7 @@ import click
 from roofline.errors import RooflineError
 
 from . import types
-from .output import print_json
+from .output import echo, print_json
 
 
 @click.command(name="calibrate")
@@ -34,7 +34,7 @@ def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, na
         raise RooflineError("--hardware-file needs --save KEY")
     if save_key:
         check_key(save_key)
-    progress = None if as_json else (lambda message: click.echo(message, err=True))
+    progress = None if as_json else (lambda message: echo(message, err=True))
     calibration = measure(device=device, buffer_mb=buffer_mb, repetitions=repetitions, threads=threads,
                           progress=progress)
     payload = calibration.to_json()
@@ -46,25 +46,25 @@ def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, na
     if as_json:
         print_json(payload)
         return
-    click.echo(f"{calibration.device_name} ({calibration.device}"
+    echo(f"{calibration.device_name} ({calibration.device}"
                + (f", {calibration.threads} threads" if calibration.threads else "") + ")")
-    click.echo(f"{'kernel':12}{'best GB/s':>12}{'median GB/s':>14}")
+    echo(f"{'kernel':12}{'best GB/s':>12}{'median GB/s':>14}")
     for k in calibration.kernels:
-        click.echo(f"{k.kernel:12}{k.best_gbps:>12.2f}{k.median_gbps:>14.2f}")
-    click.echo(f"achievable bandwidth: {calibration.bandwidth_gbps:.2f} GB/s ({calibration.best.kernel})")
+        echo(f"{k.kernel:12}{k.best_gbps:>12.2f}{k.median_gbps:>14.2f}")
+    echo(f"achievable bandwidth: {calibration.bandwidth_gbps:.2f} GB/s ({calibration.best.kernel})")
     if calibration.gemm_tflops:
-        click.echo(f"compute roof: {calibration.gemm_tflops['bf16']:.3f} TFLOP/s dense bf16 GEMM")
+        echo(f"compute roof: {calibration.gemm_tflops['bf16']:.3f} TFLOP/s dense bf16 GEMM")
     if calibration.launch is not None:
         launch = calibration.launch
-        click.echo(f"{'launch case':12}{'kernels':>9}{'eager us/k':>12}{'graph us/k':>12}{'floor us/k':>12}")
+        echo(f"{'launch case':12}{'kernels':>9}{'eager us/k':>12}{'graph us/k':>12}{'floor us/k':>12}")
         for c in launch.cases:
-            click.echo(f"{c.name:12}{c.kernels_per_call:>9.1f}{c.eager_us_per_kernel:>12.2f}"
+            echo(f"{c.name:12}{c.kernels_per_call:>9.1f}{c.eager_us_per_kernel:>12.2f}"
                        f"{c.graph_us_per_kernel:>12.2f}{c.floor_us_per_kernel:>12.2f}")
-        click.echo(f"host launch cost {launch.host_us_per_kernel:.2f} us/kernel, CUDA-graph floor "
+        echo(f"host launch cost {launch.host_us_per_kernel:.2f} us/kernel, CUDA-graph floor "
                    f"{launch.graph_floor_us_per_kernel:.2f} us/kernel (used by audit / plan / kernels "
                    f"with --hardware of the saved entry)")
     for note in calibration.notes:
-        click.echo(f"note: {note}")
+        echo(f"note: {note}")
     if saved:
-        click.echo(f"saved as hardware '{save_key}' in {saved}: use --hardware {save_key}"
+        echo(f"saved as hardware '{save_key}' in {saved}: use --hardware {save_key}"
                    + (f" (with ROOFLINE_HARDWARE_FILE={saved})" if hardware_file else ""))

@@ -10,7 +10,7 @@ from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
 from .options import source_options
-from .output import print_json
+from .output import echo, print_json
 
 DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
 
@@ -85,7 +85,7 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
     if as_json:
         print_json(payload)
     else:
-        click.echo(render_capacity(payload))
+        echo(render_capacity(payload))
     if html_path:
         from roofline.audit import run_audit
         from roofline.predict.traffic import Scenario
@@ -94,4 +94,4 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
         audit = run_audit(inventory, Scenario(context=result.context, kv_cache_dtype=kv_cache_dtype), hardware)
         update_report(html_path, audit, capacity=payload)
         if not as_json:
-            click.echo(f"report: {html_path}")
+            echo(f"report: {html_path}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from . import types
+from .output import echo
 
 
 @click.command(name="capture", context_settings={"ignore_unknown_options": True})
@@ -37,5 +38,5 @@ def command(model, vllm_args, out, timeout, tp, verbose):
             raise RooflineError("give the TP size once: --tp or vLLM's --tensor-parallel-size after --")
         vllm_args += ["--tensor-parallel-size", str(tp)]
     result = run_capture(model, vllm_args, out, timeout=timeout, verbose=verbose)
-    click.echo(f"wrote {result.path}: {result.world_size} rank(s), {result.modules} modules "
+    echo(f"wrote {result.path}: {result.world_size} rank(s), {result.modules} modules "
                f"({result.seconds:.0f} s)")

@@ -9,7 +9,7 @@ from roofline.errors import RooflineError
 
 from . import types
 from .options import no_cache_option, scenario_from, scenario_options
-from .output import print_json
+from .output import echo, print_json
 
 
 @click.command(name="compare")
@@ -64,19 +64,25 @@ def command(models, base, limit, name_filter, sort, pool, revision, config_only,
             else:
                 inputs.append((variant.repo, run_audit(inventory, scenario, hardware), variant.downloads))
         if origin == "cache":
-            click.echo("note: the list of variants comes from the cache (offline)", err=True)
+            echo("note: the list of variants comes from the cache (offline)", err=True)
     else:
+        seen: dict[str, str] = {}
         for model in models:
+            # one checkpoint named twice (base, ./base, base/) is one row
+            identity = os.path.realpath(model) if os.path.exists(model) else model
+            if identity in seen:
+                skipped.append((model, f"the same checkpoint as {seen[identity]}"))
+                continue
+            seen[identity] = model
             try:
                 if model.endswith(".json") and os.path.isfile(model):
                     inventory = load_inventory(None, from_vllm=model)
                 else:
                     inventory = load_inventory(model, revision=revision, config_only=config_only,
                                                use_cache=not no_cache)
-            except RooflineError as exc:
+                inputs.append((model, run_audit(inventory, scenario, hardware), None))
+            except RooflineError as exc:  # one bad checkpoint or capture is a skipped row, not the table
                 skipped.append((model, str(exc)))
-                continue
-            inputs.append((model, run_audit(inventory, scenario, hardware), None))
     if not inputs:
         raise RooflineError("nothing to compare: " + "; ".join(f"{label}: {reason}" for label, reason in skipped))
     comparison = compare(inputs, hardware, skipped, sort=sort)
@@ -91,6 +97,6 @@ def command(models, base, limit, name_filter, sort, pool, revision, config_only,
     else:
         from roofline.render.compare import render_compare
 
-        click.echo(render_compare(comparison))
+        echo(render_compare(comparison))
         if html_path:
-            click.echo(f"report: {html_path}")
+            echo(f"report: {html_path}")

@@ -7,7 +7,7 @@ from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
-from .output import print_json
+from .output import echo, print_json
 
 EPILOG = ("Exit codes: 0 diagnosed; 1 nothing to diagnose (server or checkpoint unreadable); 2 bad usage; "
           "3 partial (printed, but on less than was asked for: no /metrics, other metric names, a bench that "
@@ -53,7 +53,7 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
     if url:
         split_url(url)
     hardware = get_hardware(hardware_name, bandwidth)
-    progress = None if (quiet or as_json) else (lambda message: click.echo(message, err=True))
+    progress = None if (quiet or as_json) else (lambda message: echo(message, err=True))
     bench = None
     if url and not no_bench:
         bench = BenchConfig(url=url, model=served_model, max_tokens=max_tokens, runs=runs, warmup=warmup,
@@ -67,7 +67,7 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
     if as_json:
         print_json(payload)
     else:
-        click.echo(render_doctor(payload))
+        echo(render_doctor(payload))
     if html_path:
         from roofline.audit import run_audit
         from roofline.reports import update_report
@@ -75,9 +75,9 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
         audit = run_audit(obs.inventory, obs.serving.scenario(), hardware)
         update_report(html_path, audit, doctor=payload)
         if not as_json:
-            click.echo(f"report: {html_path}")
+            echo(f"report: {html_path}")
     for line in obs.problems:
-        click.echo(f"partial: {line}", err=True)
+        echo(f"partial: {line}", err=True)
     if obs.problems:
         raise click.exceptions.Exit(3)
 

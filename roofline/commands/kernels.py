@@ -9,7 +9,7 @@ from roofline.errors import RooflineError
 
 from . import types
 from .options import no_cache_option, scenario_from, scenario_options
-from .output import print_json
+from .output import echo, print_json
 
 
 @click.command(name="kernels")
@@ -69,4 +69,4 @@ def command(model, trace_path, num_layers, backend, launch_us, revision, config_
         return
     from roofline.render.kernels import render_kernels
 
-    click.echo(render_kernels(profile, graph, hardware))
+    echo(render_kernels(profile, graph, hardware))

@@ -1,10 +1,25 @@
-"""What every command's --json prints: one indented JSON document and a newline on stdout."""
+"""What every command prints: text through `echo` (control characters a server, hub or file put
+into a string escaped, URL credentials redacted), --json as one indented JSON document (control
+characters escaped by JSON itself; NaN and infinities refused) and a newline on stdout."""
 from __future__ import annotations
 
 import json
 import sys
 
+import click
+
+from roofline.errors import RooflineError
+from roofline.untrusted import terminal_text
+
+
+def echo(text="", err: bool = False) -> None:
+    click.echo(terminal_text(str(text)), err=err)
+
 
 def print_json(payload) -> None:
-    json.dump(payload, sys.stdout, indent=1)
-    sys.stdout.write("\n")
+    try:
+        text = json.dumps(payload, indent=1, allow_nan=False)
+    except ValueError:
+        raise RooflineError("the answer holds a number that is not finite (NaN or infinity); "
+                            "an input was out of range") from None
+    sys.stdout.write(text + "\n")

@@ -8,7 +8,7 @@ from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
 from .options import no_cache_option
-from .output import print_json
+from .output import echo, print_json
 
 DEFAULT_FORMATS = "bf16,fp8,nvfp4-w4a16,nvfp4-w4a4,mxfp4,int4-awq"
 # "aggressive" (lm_head in 4 bits too) trades accuracy for bytes: compared only when asked for
@@ -101,9 +101,9 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
     else:
         from roofline.render.plan import render_plan
 
-        click.echo(render_plan(plan, top=top))
+        echo(render_plan(plan, top=top))
         if html_path:
-            click.echo(f"report: {html_path}")
+            echo(f"report: {html_path}")
 
 
 def _scale_out(inventory, hardware, boxes, gpus, concurrency, context, kv_cache_dtype, link, network, top,
@@ -118,7 +118,7 @@ def _scale_out(inventory, hardware, boxes, gpus, concurrency, context, kv_cache_
         return
     from roofline.render.scale_out import render_scale_out
 
-    click.echo(render_scale_out(result.to_json(), top=top))
+    echo(render_scale_out(result.to_json(), top=top))
 
 
 def _record_rows(path: str | None) -> list[dict]:
@@ -132,5 +132,5 @@ def _record_rows(path: str | None) -> list[dict]:
         return []
     records = read_records(path)
     if records.unreadable:
-        click.echo(f"note: {records.note(path)}", err=True)
+        echo(f"note: {records.note(path)}", err=True)
     return records.rows

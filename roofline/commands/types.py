@@ -72,9 +72,9 @@ def parse_int_list(text: str | None, option: str, low: int, high: int) -> tuple[
 
 # The ranges, in one place. Each bound is far beyond any real use, so that only nonsense is refused.
 BANDWIDTH_GBPS = positive(100_000)  # the fastest HBM parts are ~10-20 TB/s
-CONTEXT_TOKENS = count(1, 1 << 24)  # 16M tokens
-SEQUENCES = count(1, 1 << 16)  # batch / concurrency
-DRAFT_TOKENS = count(0, 64)
+CONTEXT_TOKENS = count(1, 1 << 24)  # 16M tokens (predict/traffic.py CONTEXT_LIMIT, for values from files)
+SEQUENCES = count(1, 1 << 16)  # batch / concurrency (traffic.BATCH_LIMIT)
+DRAFT_TOKENS = count(0, 64)  # (traffic.DRAFT_TOKENS_LIMIT)
 ACCEPTANCE = fraction()
 MEMORY_GB = positive(1_000_000)
 TP_RANKS = count(1, 1024)

@@ -1,7 +1,6 @@
 """roofline validate MODEL (--measured TOKS | --url URL | --bench-json FILE)"""
 from __future__ import annotations
 
-import json
 import os
 
 import click
@@ -10,7 +9,7 @@ from click.core import ParameterSource
 from roofline.errors import RooflineError
 
 from . import types
-from .output import print_json
+from .output import echo, print_json
 from .bench import bench_options, config_from
 from .options import no_cache_option, scenario_from, scenario_options
 
@@ -19,12 +18,14 @@ SCENARIO_PARAMS = ("hardware_name", "bandwidth", "batch", "context", "kv_cache_d
 
 
 def _load_json(path: str, what: str) -> dict:
+    import msgspec
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        with open(path, "rb") as fh:
+            data = msgspec.json.decode(fh.read())  # standard JSON: no NaN / Infinity
     except FileNotFoundError:
         raise RooflineError(f"{what} {path}: no such file") from None
-    except ValueError as exc:
+    except msgspec.DecodeError as exc:
         raise RooflineError(f"{what} {path}: not JSON ({exc})") from None
     except OSError as exc:
         raise RooflineError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
@@ -85,11 +86,13 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         from roofline.live.bench import run_bench
 
         cfg = config_from(url, kwargs)
-        progress = None if as_json else (lambda message: click.echo(message, err=True))
+        progress = None if as_json else (lambda message: echo(message, err=True))
         bench = run_bench(cfg, progress=progress).to_json()
         measured_by = f"roofline bench {url}"
     elif bench_json:
-        bench = _load_json(bench_json, "--bench-json")
+        from roofline.live.bench import check_bench_file
+
+        bench = check_bench_file(_load_json(bench_json, "--bench-json"), f"--bench-json {bench_json}")
         measured_by = f"roofline bench (saved: {os.path.basename(bench_json)})"
     else:
         for name in ("served_model", "api", "prompt", "max_tokens", "runs", "warmup", "timeout_s", "no_ignore_eos"):
@@ -134,7 +137,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
             if recorded:
                 records = read_records(recorded)
                 if records.unreadable:
-                    click.echo(f"note: {records.note(recorded)}", err=True)
+                    echo(f"note: {records.note(recorded)}", err=True)
                 rows = [r for r in records.rows if r.get("model") == result.model] or [row]
         update_report(html_path, audit, validation=rows)
     if as_json:
@@ -146,18 +149,18 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
             payload["knee_concurrency"] = knee
         print_json(payload)
         return
-    click.echo(render_validation(result))
+    echo(render_validation(result))
     if curve:
         from roofline.render.validate import render_curve
 
-        click.echo(render_curve(curve, knee))
+        echo(render_curve(curve, knee))
     if bench is not None and bench.get("notes"):
         for note in bench["notes"]:
-            click.echo(f"bench note: {note}")
+            echo(f"bench note: {note}")
     if recorded:
-        click.echo(f"recorded in {recorded}")
+        echo(f"recorded in {recorded}")
     if html_path:
-        click.echo(f"report: {html_path}")
+        echo(f"report: {html_path}")
 
 
 def _curve(inventory, hardware, scenario, bench: dict) -> tuple[list[dict], int | None]:

@@ -18,14 +18,21 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import statistics
 import threading
 import time
-import urllib.parse
 from dataclasses import asdict, dataclass, field, replace
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
 
 from roofline.errors import RooflineError
+from roofline.predict.traffic import BATCH_LIMIT, CONTEXT_LIMIT
+from roofline.schema import Name, checked
+from roofline.untrusted import printable, redact_url
+
+from .http import Connection, Overrun, not_json, get_json, http_error, served_models, split_url
 
 SCHEMA = "roofline.bench/1"
 # A prompt of common words; its token count is whatever the server's tokenizer makes of it
@@ -177,10 +184,11 @@ class BenchResult:
     def to_json(self) -> dict:
         cfg = asdict(self.config)
         cfg["concurrency"] = list(self.config.concurrency)
+        cfg["url"] = redact_url(self.config.url)
         return {
             "schema": SCHEMA,
             "started_at": self.started_at,
-            "url": self.config.url,
+            "url": redact_url(self.config.url),
             "model": self.model,
             "server_version": self.server_version,
             "config": cfg,
@@ -199,108 +207,28 @@ class BenchResult:
 
 
 # ---------------------------------------------------------------------------------------------
-# HTTP
-
-def split_url(url: str) -> tuple[str, str, int, str]:
-    """(scheme, host, port, base path) of the API; a URL without a path gets /v1."""
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise RooflineError(f"--url {url!r}: give the API base such as http://127.0.0.1:8000/v1")
-    try:
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    except ValueError:
-        raise RooflineError(f"--url {url!r}: bad port") from None
-    path = parsed.path.rstrip("/") or "/v1"
-    return parsed.scheme, parsed.hostname, port, path
-
-
-class _Connection:
-    """One HTTP connection per request (streams are not pipelined), with the errors a user
-    can act on turned into one sentence."""
-
-    def __init__(self, url: str, timeout_s: float, base: str | None = None):
-        self.url = url
-        self.scheme, self.host, self.port, self.base = split_url(url)
-        if base is not None:  # a path outside the API base, such as vLLM's /version
-            self.base = base
-        self.timeout_s = timeout_s
-        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        self.conn = cls(self.host, self.port, timeout=timeout_s)
-
-    def where(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    def request(self, method: str, path: str, body: dict | None = None) -> http.client.HTTPResponse:
-        headers = {"Accept": "text/event-stream, application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        try:
-            self.conn.request(method, self.base + path, body=data, headers=headers)
-            return self.conn.getresponse()
-        except ConnectionRefusedError:
-            raise RooflineError(f"connection refused by {self.where()}: is the server running?") from None
-        except socket.timeout:
-            raise RooflineError(f"no answer from {self.where()} within {self.timeout_s:g} s") from None
-        except (socket.gaierror, OSError, http.client.HTTPException) as exc:
-            raise RooflineError(f"cannot reach {self.url}: {exc}") from None
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-def _http_error(resp: http.client.HTTPResponse, path: str) -> RooflineError:
-    try:
-        body = resp.read(4096).decode("utf-8", "replace")
-    except (OSError, http.client.HTTPException):
-        body = ""
-    message = body.strip()
-    try:
-        parsed = json.loads(body)
-        err = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
-        message = err.get("message", message) if isinstance(err, dict) else str(err)
-    except (ValueError, AttributeError):
-        pass
-    message = " ".join(str(message).split())[:300]
-    return RooflineError(f"HTTP {resp.status} {resp.reason} from {path}" + (f": {message}" if message else ""))
-
-
-def get_json(url: str, path: str, timeout_s: float, base: str | None = None) -> dict:
-    conn = _Connection(url, timeout_s, base)
-    try:
-        resp = conn.request("GET", path)
-        if resp.status != 200:
-            raise _http_error(resp, conn.base + path)
-        try:
-            return json.loads(resp.read())
-        except ValueError:
-            raise RooflineError(f"{conn.base + path} did not answer JSON") from None
-        except socket.timeout:
-            raise RooflineError(f"no answer from {conn.where()} within {timeout_s:g} s") from None
-    finally:
-        conn.close()
-
+# HTTP (roofline.live.http: deadlines, size caps, redaction)
 
 def resolve_model(url: str, model: str | None, timeout_s: float) -> str:
     """The served model: the one given, else the only one /models lists."""
     if model:
         return model
-    listing = get_json(url, "/models", timeout_s)
-    names = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict) and m.get("id")]
+    names = [entry.id for entry in served_models(url, timeout_s)]
     if len(names) == 1:
         return names[0]
     if not names:
-        raise RooflineError(f"{url}/models lists no model; give --model")
-    raise RooflineError(f"the server serves {len(names)} models ({', '.join(names)}); pick one with --model")
+        raise RooflineError(f"{redact_url(url)}/models lists no model; give --model")
+    raise RooflineError(f"the server serves {len(names)} models ({', '.join(printable(n, 80) for n in names[:8])}"
+                        f"{', ...' if len(names) > 8 else ''}); pick one with --model")
 
 
 def server_version(url: str, timeout_s: float) -> str | None:
     """vLLM answers /version (outside /v1); other servers may not: then None."""
     try:
-        return str(get_json(url, "/version", min(timeout_s, 5.0), base="").get("version")) or None
+        version = get_json(url, "/version", min(timeout_s, 5.0), base="").get("version")
     except (RooflineError, AttributeError):
         return None
+    return printable(version, 60) if isinstance(version, (str, int, float)) and str(version) else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,23 +248,13 @@ def request_body(cfg: BenchConfig, model: str, vllm_extras: bool) -> dict:
     return body
 
 
-class StreamDeadline(Exception):
-    """The whole stream took longer than the request timeout (while data kept coming)."""
-
-
-def iter_sse_data(resp, deadline: float):
-    """The `data:` payloads of a server-sent-event stream, as each event completes
-    (lines joined per the SSE spec; comments and other fields skipped). Ends at EOF."""
+def iter_sse_data(lines):
+    """The `data:` payloads of a server-sent-event stream given as its lines (bytes, without
+    their ends), as each event completes (lines joined per the SSE spec; comments and other fields
+    skipped). Ends with the lines; Connection.lines bounds them in time and size."""
     data_lines: list[str] = []
-    while True:
-        if time.monotonic() > deadline:
-            raise StreamDeadline
-        raw = resp.readline()
-        if not raw:
-            if data_lines:
-                yield "\n".join(data_lines)
-            return
-        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+    for raw in lines:
+        line = raw.decode("utf-8", "replace")
         if line == "":
             if data_lines:
                 yield "\n".join(data_lines)
@@ -347,6 +265,8 @@ def iter_sse_data(resp, deadline: float):
         name, _, value = line.partition(":")
         if name == "data":
             data_lines.append(value[1:] if value.startswith(" ") else value)
+    if data_lines:
+        yield "\n".join(data_lines)
 
 
 def _chunk_text(chunk: dict) -> tuple[bool, str | None]:
@@ -365,14 +285,33 @@ def _chunk_text(chunk: dict) -> tuple[bool, str | None]:
     return has_tokens, finish
 
 
+class BadStream(Exception):
+    """An event whose numbers cannot be true (a count that is not a whole number in range)."""
+
+
+# A prompt of more tokens than this is not what the bench sent (vLLM's own longest contexts are 10M)
+PROMPT_TOKENS_LIMIT = 16 * 2**20
+
+
+def _usage_count(usage: dict, key: str, high: int) -> int | None:
+    """usage[key] as a count in [0, high]; None when absent; BadStream when it is no such count."""
+    value = usage.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+            or not 0 <= value <= high or int(value) != value:
+        raise BadStream(f"usage.{key} = {printable(repr(value), 40)} is not a count in [0, {high}]")
+    return int(value)
+
+
 def stream_once(cfg: BenchConfig, model: str, vllm_extras: bool = True) -> RunResult:
     """One streamed request; every failure is a RunResult with `error` set, never an exception,
-    so one bad run does not lose the others."""
-    conn = _Connection(cfg.url, cfg.timeout_s)
+    so one bad run does not lose the others. The whole stream shares one deadline (--timeout) and
+    each line a size cap; a token count beyond max_tokens is a server that lies, not a fast one."""
+    conn = Connection(cfg.url, cfg.timeout_s)
     path = "/chat/completions" if cfg.api == "chat" else "/completions"
     run = RunResult(ok=False)
     t0 = time.monotonic()
-    deadline = t0 + cfg.timeout_s
     done = False
     usage_counts = False  # the server sends cumulative completion_tokens per chunk
     counted = 0
@@ -383,63 +322,71 @@ def stream_once(cfg: BenchConfig, model: str, vllm_extras: bool = True) -> RunRe
             run.error = str(exc)
             return run
         if resp.status != 200:
-            err = _http_error(resp, conn.base + path)
-            run.error = str(err)
+            run.error = str(http_error(conn, resp, conn.base + path))
             run.finish_reason = f"http_{resp.status}"
             return run
         try:
-            for data in iter_sse_data(resp, deadline):
+            for data in iter_sse_data(conn.lines(resp, f"the stream of {conn.base + path}")):
                 now = time.monotonic() - t0
                 if data.strip() == "[DONE]":
                     done = True
                     break
                 try:
-                    chunk = json.loads(data)
+                    chunk = json.loads(data, parse_constant=not_json)
                 except ValueError:
-                    run.error = f"malformed stream event after {counted} tokens: {data[:80]!r}"
+                    run.error = f"malformed stream event after {counted} tokens: {printable(data, 80)!r}"
                     return run
                 if not isinstance(chunk, dict):
                     continue
                 if "error" in chunk:
                     err = chunk["error"]
                     msg = err.get("message", err) if isinstance(err, dict) else err
-                    run.error = f"server error mid-stream after {counted} tokens: {' '.join(str(msg).split())[:300]}"
+                    run.error = (f"server error mid-stream after {counted} tokens: "
+                                 f"{printable(' '.join(str(msg).split()), 300)}")
                     return run
                 run.chunks += 1
-                usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else None
+                usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else {}
                 has_tokens, finish = _chunk_text(chunk)
                 if finish:
-                    run.finish_reason = finish
-                if usage and usage.get("prompt_tokens") is not None:
-                    run.prompt_tokens = int(usage["prompt_tokens"])
-                if usage and usage.get("completion_tokens") is not None and chunk.get("choices"):
+                    run.finish_reason = printable(finish, 40)
+                prompt_tokens = _usage_count(usage, "prompt_tokens", PROMPT_TOKENS_LIMIT)
+                if prompt_tokens is not None:
+                    run.prompt_tokens = prompt_tokens
+                total = _usage_count(usage, "completion_tokens", cfg.max_tokens)
+                if total is not None and chunk.get("choices"):
                     # per-chunk usage (vLLM continuous_usage_stats): exact cumulative counts,
                     # empty-text tokens included
                     usage_counts = True
-                    total = int(usage["completion_tokens"])
                     if total > counted:
                         counted = total
                         run.arrivals.append((now, counted))
                 elif has_tokens and not usage_counts:
                     counted += 1
+                    if counted > cfg.max_tokens:
+                        raise BadStream(f"more than max_tokens ({cfg.max_tokens}) token chunks arrived")
                     run.arrivals.append((now, counted))
-                elif usage and usage.get("completion_tokens") is not None:
+                elif total is not None:
                     # the final usage-only chunk: the true total
-                    final = int(usage["completion_tokens"])
-                    if not usage_counts and final != counted and run.arrivals and counted:
+                    if not usage_counts and total != counted and run.arrivals and counted:
                         # chunks carried several tokens each (or some were empty): scale the
                         # arrival counts so the last equals the server's total
-                        scale = final / counted
+                        scale = total / counted
                         run.arrivals = [(t, round(n * scale)) for t, n in run.arrivals]
-                    counted = max(counted, final) if usage_counts else final
-        except StreamDeadline:
-            run.error = f"stream still running after {cfg.timeout_s:g} s, {counted} tokens received (raise --timeout)"
+                    counted = max(counted, total) if usage_counts else total
+        except BadStream as exc:
+            run.error = f"the server's stream cannot be true after {counted} tokens: {exc}"
             return run
-        except socket.timeout:  # one read waited the whole timeout
-            run.error = f"timed out: no data for {cfg.timeout_s:g} s after {counted} tokens"
+        except Overrun as exc:
+            if exc.stalled:
+                run.error = f"timed out: no more data within the {cfg.timeout_s:g} s timeout after {counted} tokens"
+            elif "still arriving" in str(exc):
+                run.error = f"stream still running after {cfg.timeout_s:g} s, {counted} tokens received (raise --timeout)"
+            else:
+                run.error = f"{exc}, after {counted} tokens"
             return run
         except (OSError, http.client.HTTPException) as exc:
-            run.error = f"stream broke after {counted} tokens: {exc.__class__.__name__}: {exc}".rstrip(": ")
+            run.error = (f"stream broke after {counted} tokens: {exc.__class__.__name__}: "
+                         f"{printable(str(exc), 120)}").rstrip(": ")
             return run
         run.total_s = time.monotonic() - t0
         run.completion_tokens = counted
@@ -559,3 +506,58 @@ def run_bench(cfg: BenchConfig, progress=None) -> BenchResult:
         agg = f"{level_result.aggregate_tok_s:.1f} tok/s aggregate" if level_result.aggregate_tok_s else "no tokens"
         say(f"concurrency {level}: {agg}, {len(done)}/{len(runs)} streams completed")
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# A saved bench result (`roofline bench --json`), read back by `validate --bench-json`: what the
+# reader uses, checked (types, finite, in range) before any number is believed.
+
+TOK_S_LIMIT = 1e9  # no engine decodes a billion tokens a second
+
+
+class StatsRecord(msgspec.Struct):
+    median: Annotated[float, Meta(gt=0, le=TOK_S_LIMIT)]
+    min: Annotated[float, Meta(ge=0, le=TOK_S_LIMIT)] | None = None
+    max: Annotated[float, Meta(ge=0, le=TOK_S_LIMIT)] | None = None
+    n: Annotated[int, Meta(ge=0, le=1 << 20)] | None = None
+
+
+class LevelRecord(msgspec.Struct):
+    concurrency: Annotated[int, Meta(ge=1, le=BATCH_LIMIT)]
+    aggregate_tok_s: StatsRecord | None = None
+    per_stream_decode_tok_s: StatsRecord | None = None
+
+
+class ConfigRecord(msgspec.Struct):
+    max_tokens: Annotated[int, Meta(ge=2, le=CONTEXT_LIMIT)] | None = None
+    same_prompt: bool = False
+
+
+class BenchFile(msgspec.Struct):
+    decode_tok_s: StatsRecord | None = None
+    ttft_s: Annotated[dict[str, Any], Meta(max_length=16)] | None = None
+    mean_context: Annotated[int, Meta(ge=0, le=CONTEXT_LIMIT)] | None = None
+    prompt_tokens: Annotated[int, Meta(ge=0, le=CONTEXT_LIMIT)] | None = None
+    completion_tokens: Annotated[int, Meta(ge=0, le=CONTEXT_LIMIT)] | None = None
+    config: ConfigRecord | None = None
+    sweep: Annotated[list[LevelRecord], Meta(max_length=4096)] = []
+    notes: Annotated[list[Annotated[str, Meta(max_length=4096)]], Meta(max_length=1024)] = []
+    model: Name | None = None
+    server_version: Name | None = None
+
+
+def check_bench_file(data, where: str) -> dict:
+    """A bench result read from a file, checked; the dict itself (the reader keeps working with it)."""
+    if not isinstance(data, dict):
+        raise RooflineError(f"{where}: not a bench result (expected a JSON object)")
+    bench = checked(data, BenchFile, where)
+    if bench.decode_tok_s is None:
+        raise RooflineError(f"{where}: the bench result has no measured decode tok/s")
+    ttft = (bench.ttft_s or {}).get("median")
+    if ttft is not None and (isinstance(ttft, bool) or not isinstance(ttft, (int, float))
+                             or not 0 <= ttft <= 7 * 24 * 3600):
+        raise RooflineError(f"{where}: ttft_s.median {printable(repr(ttft), 40)} is not a time in seconds")
+    levels = [level.concurrency for level in bench.sweep]
+    if len(set(levels)) != len(levels):
+        raise RooflineError(f"{where}: the sweep repeats a concurrency level")
+    return data

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import statistics
 import time
-import tomllib
 from dataclasses import asdict, dataclass, field
 
 from roofline.errors import RooflineError
-from roofline.predict.hardware import user_hardware_file
+from roofline.files import write_toml
+from roofline.predict.hardware import check_entries, read_user_entries, user_hardware_file
+from roofline.untrusted import printable
 
 SCHEMA = "roofline.calibrate/1"
 GEMV_COLUMNS = 4096  # a hidden size of a mid-size LLM: rows x 4096 weights, like one projection
@@ -246,53 +248,34 @@ def _launch_fields(calibration: Calibration) -> dict:
     }
 
 
-def _toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        return f'"{escaped}"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
-def _toml_key(key: str) -> str:
-    bare = key and all(c.isalnum() or c in "-_" for c in key)
-    return key if bare else _toml_value(key)
+HARDWARE_KEY = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
 def check_key(key: str) -> str:
-    if not key or not all(c.isalnum() or c in "-_" for c in key):
-        raise RooflineError(f"hardware key {key!r}: use letters, digits, '-' and '_'")
-    return key
+    """A hardware key as the catalogue looks keys up: ASCII letters, digits, '-' and '_' (lower
+    case: --hardware is matched case-insensitively)."""
+    if not isinstance(key, str) or not HARDWARE_KEY.fullmatch(key.lower()):
+        raise RooflineError(f"hardware key {printable(key, 70)!r}: use up to 64 ASCII letters, digits, '-' and '_'")
+    return key.lower()
+
+
+def check_name(name: str | None) -> str | None:
+    """A display name: printable, one line, at most 120 characters."""
+    if name is not None and (printable(name, 1000) != name or not 0 < len(name) <= 120):
+        raise RooflineError(f"--name {printable(name, 70)!r}: give one printable line of at most 120 characters")
+    return name
 
 
 def save_entry(key: str, entry: dict, path: str | None = None) -> str:
-    """Insert or replace [key] in the user hardware file; the other entries are kept."""
+    """Insert or replace [key] in the user hardware file; the other entries are kept. The entry is
+    checked like any catalogue entry, the file written with a TOML writer, atomically, and read back."""
     path = path or user_hardware_file()
-    check_key(key)
+    key = check_key(key)
     table: dict = {}
     if os.path.exists(path):
-        try:
-            with open(path, "rb") as fh:
-                table = tomllib.load(fh)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise RooflineError(f"{path}: cannot read the hardware file: {exc}") from None
+        table = read_user_entries(path)
     table[key] = entry
-    lines = ["# roofline user hardware entries (written by `roofline calibrate --save`).",
-             "# Same fields as roofline/data/hardware.toml; entries here add to that catalogue.", ""]
-    for name, fields in table.items():
-        lines.append(f"[{_toml_key(name)}]")
-        lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in fields.items()]
-        lines.append("")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write("\n".join(lines))
-    os.replace(tmp, path)
+    check_entries({key: entry}, f"--save {key}")
+    write_toml(path, table, header="# roofline user hardware entries (written by `roofline calibrate --save`).\n"
+                                   "# Same fields as roofline/data/hardware.toml; entries here add to that catalogue.")
     return path

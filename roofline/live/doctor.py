@@ -15,6 +15,7 @@ Nothing here predicts: roofline.advise.doctor does.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 
@@ -22,12 +23,13 @@ from roofline.audit import load_inventory
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
 from roofline.predict.serving import Serving, backend_in_use, backend_of
-from roofline.predict.traffic import KV_SPELLINGS
+from roofline.predict.topology import tp_refusal
+from roofline.predict.traffic import DRAFT_TOKENS_LIMIT, KV_SPELLINGS
 from roofline.sources.capture import inventory_from_capture_data, load_capture
 from roofline.sources.hub import looks_like_repo_id
 
 from .bench import BenchConfig, BenchResult, run_bench
-from .server_facts import Metrics, ServerFacts, fetch_metrics, probe_server
+from .server_facts import Metrics, ServerFacts, fetch_metrics, probe_server, series
 
 
 @dataclass
@@ -127,25 +129,49 @@ def observe(*, url: str | None, served_model: str | None, model: str | None, cap
     return obs
 
 
+# A counter that moved more than this over one bench window did not count this bench's tokens
+COUNTER_LIMIT = 2**53
+
+
+def _counter_delta(obs: Observation, before: Metrics | None, after: Metrics | None, key: str) -> float | None:
+    """A counter's rise over the bench, or None; a counter that fell, is not finite or rose past
+    any real count is left out with a problem named (the server lies, or was restarted)."""
+    delta = _delta(before, after, key)
+    if delta is None:
+        return None
+    if not math.isfinite(delta) or not 0 <= delta <= COUNTER_LIMIT:
+        obs.problems.append(f"/metrics counter {series()[key]} went from {before.total(key):.6g} to "
+                            f"{after.total(key):.6g} over the bench: not a count of this bench (server restarted, "
+                            "or its counters cannot be trusted); left out")
+        return None
+    return delta
+
+
 def _counters(obs: Observation, before: Metrics | None, after: Metrics | None) -> None:
-    generated = _delta(before, after, "generation_tokens")
+    generated = _counter_delta(obs, before, after, "generation_tokens")
     if obs.bench is not None and generated is not None:
         counted = obs.bench.warmup_tokens + sum(r.completion_tokens for r in obs.bench.runs)
         obs.counters["generation_tokens"] = {"server": int(generated), "bench": counted}
         if int(generated) != counted:
             obs.notes.append(f"the server generated {int(generated)} tokens during the bench, the bench received "
                              f"{counted}: another client was using the server (or a run broke off)")
-    for key in ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens"):
-        value = _delta(before, after, key)
+    spec = {key: _counter_delta(obs, before, after, key)
+            for key in ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens")}
+    drafts, draft_tokens, accepted = spec.values()
+    if None not in spec.values() and (draft_tokens > drafts * DRAFT_TOKENS_LIMIT or accepted > draft_tokens):
+        obs.problems.append(f"/metrics speculative counters do not add up ({int(accepted)} accepted of "
+                            f"{int(draft_tokens)} draft tokens in {int(drafts)} drafts); left out")
+        spec = {}
+    for key, value in spec.items():
         if value is not None:
             obs.counters[key] = int(value)
-    read = _delta(before, after, "estimated_read_bytes")
+    read = _counter_delta(obs, before, after, "estimated_read_bytes")
     if read is not None and generated:
         obs.counters["vllm_estimated_read_bytes_per_token"] = read / generated
     elif obs.facts and obs.facts.metrics is not None and obs.facts.metrics.total("estimated_read_bytes") is None:
         obs.unseen.append("vLLM's own bytes estimate (start the server with --enable-mfu-metrics)")
     running = after.total("running") if after is not None else None
-    if running:
+    if running and math.isfinite(running) and 0 < running < COUNTER_LIMIT:
         obs.notes.append(f"{int(running)} request(s) still running on the server after the bench: other load")
 
 
@@ -179,6 +205,9 @@ def _serving(obs: Observation, context: int) -> None:
     tp = int(engine.get("tp_size") or 1) if engine else 1
     if not engine:
         obs.unseen.append("tensor-parallel size (only a capture shows it; assumed 1)")
+    refused = tp_refusal(obs.inventory.config, tp, expert_parallel=bool(engine.get("enable_expert_parallel")))
+    if refused:  # the capture says vLLM ran a split vLLM itself refuses: the file is not what vLLM wrote
+        raise RooflineError(f"{obs.inventory_source}: tensor parallel {tp}: vLLM refuses it ({refused})")
 
     backend = backend_in_use(obs.inventory) if engine else None
     if backend:
@@ -197,6 +226,10 @@ def _serving(obs: Observation, context: int) -> None:
         spec_tokens = int(spec["num_speculative_tokens"])
     elif drafts and draft_tokens:
         spec_tokens = round(draft_tokens / drafts)
+    if spec_tokens > DRAFT_TOKENS_LIMIT:
+        obs.problems.append(f"{spec_tokens} draft tokens per step is not a speculative config vLLM runs; "
+                            "speculation left out of the prediction")
+        spec_tokens = 0
     if spec_tokens:
         method = (spec or {}).get("method")
         rate = accepted / draft_tokens if draft_tokens else None
@@ -223,5 +256,12 @@ def per_token_acceptance(accepted_per_draft: float, draft_tokens: int) -> float:
     low, high = 0.0, 1.0
     for _ in range(60):
         mid = (low + high) / 2
-        low, high = (mid, high) if sum(mid ** i for i in range(1, draft_tokens + 1)) < target else (low, mid)
+        low, high = (mid, high) if accepted_tokens(mid, draft_tokens) < target else (low, mid)
     return low
+
+
+def accepted_tokens(per_token: float, draft_tokens: int) -> float:
+    """a + a^2 + ... + a^n, the mean accepted tokens per draft, in closed form (n may be large)."""
+    if per_token >= 1.0:
+        return float(draft_tokens)
+    return per_token * (1.0 - per_token ** draft_tokens) / (1.0 - per_token)

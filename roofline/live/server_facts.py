@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import http.client
 import math
-import socket
 from dataclasses import dataclass, field
 
 from roofline.data import load_table
 from roofline.errors import RooflineError
+from roofline.untrusted import printable, redact_url
 
-from .bench import _Connection, _http_error, get_json, server_version
+from .bench import server_version
+from .http import Connection, http_error, served_models
 
 METRICS_LIMIT = 16 * 2**20  # a /metrics page is tens of KB; refuse to parse a runaway answer
 
@@ -86,17 +87,15 @@ def parse_metrics(text: str, model: str | None) -> Metrics:
 
 def fetch_metrics(url: str, model: str | None, timeout_s: float) -> Metrics:
     """GET /metrics (beside the API base, as vLLM serves it)."""
-    conn = _Connection(url, timeout_s, base="")
+    conn = Connection(url, timeout_s, base="")
     try:
         resp = conn.request("GET", "/metrics")
         if resp.status != 200:
-            raise _http_error(resp, "/metrics")
+            raise http_error(conn, resp, "/metrics")
         try:
-            body = resp.read(METRICS_LIMIT + 1)
-        except (socket.timeout, OSError, http.client.HTTPException) as exc:
-            raise RooflineError(f"/metrics broke off: {exc}") from None
-        if len(body) > METRICS_LIMIT:
-            raise RooflineError(f"/metrics is larger than {METRICS_LIMIT // 2**20} MiB; not a vLLM metrics page")
+            body = conn.read_body(resp, "/metrics", METRICS_LIMIT)
+        except (OSError, http.client.HTTPException) as exc:
+            raise RooflineError(f"/metrics broke off: {exc.__class__.__name__}") from None
         return parse_metrics(body.decode("utf-8", "replace"), model)
     finally:
         conn.close()
@@ -125,25 +124,20 @@ def read_cache_config(facts: ServerFacts) -> None:
 def probe_server(url: str, model: str | None, timeout_s: float) -> ServerFacts:
     """Everything the server tells about itself. Unreachable or not an OpenAI server: raises;
     no /metrics or a vLLM of other series names: facts with `problems` set (partial)."""
-    listing = get_json(url, "/models", timeout_s)
-    entries = [m for m in listing.get("data", []) if isinstance(m, dict) and m.get("id")] \
-        if isinstance(listing, dict) and isinstance(listing.get("data"), list) else None
-    if entries is None:
-        raise RooflineError(f"{url}/models is not an OpenAI model list: is this an OpenAI-compatible server?")
+    entries = served_models(url, timeout_s)
+    names = ", ".join(printable(e.id, 80) for e in entries[:8]) + (", ..." if len(entries) > 8 else "")
     if not entries:
-        raise RooflineError(f"{url}/models lists no model")
+        raise RooflineError(f"{redact_url(url)}/models lists no model")
     if model is None:
         if len(entries) > 1:
-            raise RooflineError(f"the server serves {len(entries)} models "
-                                f"({', '.join(str(e['id']) for e in entries)}); pick one with --served-model")
+            raise RooflineError(f"the server serves {len(entries)} models ({names}); pick one with --served-model")
         entry = entries[0]
     else:
-        entry = next((e for e in entries if e.get("id") == model), None)
+        entry = next((e for e in entries if e.id == model), None)
         if entry is None:
-            raise RooflineError(f"the server does not serve {model!r} (it serves "
-                                f"{', '.join(str(e['id']) for e in entries)})")
-    facts = ServerFacts(url=url, model=str(entry["id"]), root=entry.get("root") or None,
-                        max_model_len=_int(entry.get("max_model_len")), version=server_version(url, timeout_s))
+            raise RooflineError(f"the server does not serve {printable(model)!r} (it serves {names})")
+    facts = ServerFacts(url=url, model=entry.id, root=entry.root or None,
+                        max_model_len=entry.max_model_len, version=server_version(url, timeout_s))
     if facts.max_model_len is None:
         facts.unseen.append("max_model_len (/v1/models does not state it)")
     try:

@@ -59,7 +59,7 @@ class Validation:
 
 def _number(audit: dict, key: str) -> float:
     value = audit.get(key)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1e300:
         raise RooflineError(f"audit JSON has no positive {key!r}: is it the output of `roofline audit --json`?")
     return float(value)
 
@@ -134,15 +134,17 @@ def validate(audit: dict, measured_tok_s: float) -> Validation:
     the audit of the same model, scenario and hardware."""
     if not isinstance(audit, dict):
         raise RooflineError("the audit must be a JSON object (the output of `roofline audit --json`)")
-    if not isinstance(measured_tok_s, (int, float)) or measured_tok_s <= 0:
-        raise RooflineError("measured tok/s must be a positive number")
+    if isinstance(measured_tok_s, bool) or not isinstance(measured_tok_s, (int, float)) \
+            or not 0 < measured_tok_s <= 1e9:
+        raise RooflineError("measured tok/s must be a positive number (at most 1e9)")
     bytes_per_token = _number(audit, "bytes_per_token")
     ceiling = _number(audit, "ceiling_tok_s")
     expected = _number(audit, "expected_tok_s")
     hardware = audit.get("hardware") or {}
-    if not isinstance(hardware, dict) or not hardware.get("bandwidth_gbps"):
+    if not isinstance(hardware, dict) or "bandwidth_gbps" not in hardware:
         raise RooflineError("audit JSON has no hardware bandwidth")
-    bandwidth = float(hardware["bandwidth_gbps"])
+    bandwidth = _number(hardware, "bandwidth_gbps")
+
     measured = float(measured_tok_s)
     verdict = verdict_of(measured, ceiling, expected)
     if verdict == "above_ceiling":

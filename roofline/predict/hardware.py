@@ -4,9 +4,14 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
 
 from roofline.data import load_table
 from roofline.errors import RooflineError
+from roofline.schema import checked
 
 DEFAULT_HARDWARE = "gb10"
 
@@ -52,29 +57,80 @@ def user_hardware_file() -> str:
     return os.path.join(base, "roofline", "hardware.toml")
 
 
-def _user_entries() -> dict:
-    path = user_hardware_file()
-    if not os.path.isfile(path):
-        return {}
+# One catalogue entry as a file states it (the shipped table and the user's file alike): every
+# figure finite, positive and below anything built (HBM4 parts reach ~20 TB/s; 1,000x headroom).
+Text = Annotated[str, Meta(max_length=2000)]
+Key = Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
+_Rate = Annotated[float, Meta(gt=0, le=1e7)]
+
+
+class HardwareEntry(msgspec.Struct, forbid_unknown_fields=True):
+    name: Annotated[str, Meta(min_length=1, max_length=120)]
+    bandwidth_gbps: Annotated[float, Meta(gt=0, le=1e6)]
+    bandwidth_source: Text
+    memory_gb: Annotated[float, Meta(gt=0, le=1e6)]
+    usable_memory_gb: Annotated[float, Meta(gt=0, le=1e6)]
+    compute_capability: Annotated[str, Meta(max_length=32)]
+    tensor_tflops: dict[Annotated[str, Meta(max_length=32)], _Rate]
+    host: Annotated[str, Meta(max_length=64)]
+    efficiency: Annotated[float, Meta(gt=0, le=1)]
+    efficiency_kind: Annotated[str, Meta(max_length=32)]
+    efficiency_source: Text
+    aliases: Annotated[list[Key], Meta(max_length=32)] = []
+    host_us_per_kernel: Annotated[float, Meta(gt=0, le=1e6)] | None = None
+    graph_floor_us_per_kernel: Annotated[float, Meta(ge=0, le=1e6)] | None = None
+    launch_source: Text = ""
+    bandwidth_kind: Annotated[str, Meta(max_length=32)] = "datasheet"
+    memory_source: Text = ""
+    tensor_source: Text = ""
+
+
+def check_entries(table, where: str) -> dict[str, HardwareEntry]:
+    """Hardware entries checked (keys, types, ranges, usable memory within memory), one clear
+    error naming the file, the entry and the field."""
+    if not isinstance(table, dict):
+        raise RooflineError(f"{where}: not a table of hardware entries")
+    out = {}
+    for key, entry in table.items():
+        checked(key, Key, f"{where}: hardware key")
+        if not isinstance(entry, dict):
+            raise RooflineError(f"{where}: [{key}] is not a table of fields")
+        checked_entry = checked(entry, HardwareEntry, f"{where}: [{key}]")
+        if checked_entry.usable_memory_gb > checked_entry.memory_gb:
+            raise RooflineError(f"{where}: [{key}] usable_memory_gb {checked_entry.usable_memory_gb:g} is more "
+                                f"than memory_gb {checked_entry.memory_gb:g}")
+        out[key] = checked_entry
+    return out
+
+
+def read_user_entries(path: str) -> dict:
+    """The user hardware file as a table (not yet checked)."""
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise RooflineError(f"{path}: cannot read the user hardware file: {exc}") from None
+
+
+def _user_entries() -> dict[str, HardwareEntry]:
+    path = user_hardware_file()
+    if not os.path.isfile(path):
+        return {}
+    return check_entries(read_user_entries(path), path)
 
 
 def catalogue() -> dict[str, Hardware]:
     """The shipped table plus the user's entries (a user entry of the same key wins)."""
     out = {}
-    user = _user_entries()
     shipped = {key: entry for key, entry in load_table("hardware").items() if key != LINKS_KEY}
-    for key, entry in list(shipped.items()) + list(user.items()):
+    for key, entry in shipped.items():
         entry = dict(entry)
         entry["aliases"] = tuple(entry.get("aliases", ()))
-        try:
-            out[key] = Hardware(key=key, **entry)
-        except TypeError as exc:
-            raise RooflineError(f"{user_hardware_file()}: hardware entry [{key}] is malformed: {exc}") from None
+        out[key] = Hardware(key=key, **entry)
+    for key, entry in _user_entries().items():
+        fields = msgspec.structs.asdict(entry)
+        fields["aliases"] = tuple(fields["aliases"])
+        out[key] = Hardware(key=key, **fields)
     return out
 
 

@@ -93,6 +93,14 @@ def named_link(name: str, scope: str | None = None) -> Link:
     return link
 
 
+def box_devices(hardware: Hardware) -> int | None:
+    """The most devices one box of this hardware holds, as hardware.toml's links describe its boxes
+    (ranks_per_box of the links that join them: a DGX Spark holds one GB10), or None when no link
+    states it."""
+    sizes = [link.ranks_per_box for link in links().values() if hardware.key in link.network_for]
+    return max(sizes) if sizes else None
+
+
 def link_refusal(link: Link, ranks: int) -> str | None:
     """Why the hardware table cannot build `ranks` devices over `link`, or None."""
     if ranks <= link.max_ranks:

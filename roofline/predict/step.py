@@ -81,7 +81,7 @@ class StepConfig:
 @dataclass(frozen=True)
 class Coefficient:
     name: str
-    value: float
+    value: float | None  # None: the figure is unknown (and the term it feeds is left out)
     unit: str
     kind: str  # datasheet | calibrated | measured | estimate | prior | user | table | trace
     source: str
@@ -576,6 +576,15 @@ def _collectives(inventory: Inventory, topology: Topology, placement: Placement,
         target.collectives = out
 
 
+def _tensor_coefficient(hardware: Hardware, compute: str) -> Coefficient:
+    rate = _tflops(hardware, compute)
+    if math.isinf(rate):  # an entry that states no tensor rate (calibrate measured none): no compute bound
+        return Coefficient("tensor_tflops", None, f"TFLOP/s {compute}", "unknown",
+                           f"{hardware.key} states no tensor rate; decode is priced without a compute bound")
+    return Coefficient("tensor_tflops", rate, f"TFLOP/s {compute}", "datasheet",
+                       hardware.tensor_source or "roofline/data/hardware.toml")
+
+
 def _coefficients(hardware: Hardware, backend: Backend, costs: LaunchCosts, profile: KernelProfile,
                   placement: Placement) -> list[Coefficient]:
     compute = load_table("rules")["compute"]
@@ -585,8 +594,7 @@ def _coefficients(hardware: Hardware, backend: Backend, costs: LaunchCosts, prof
                     hardware.efficiency_source),
         Coefficient("backend_relative_efficiency", backend.relative_efficiency, "x efficiency",
                     "calibrated" if backend.relative_efficiency != 1.0 else "table", f"{backend.name}: {backend.source}"),
-        Coefficient("tensor_tflops", _tflops(hardware, backend.compute), f"TFLOP/s {backend.compute}", "datasheet",
-                    hardware.tensor_source or "roofline/data/hardware.toml"),
+        _tensor_coefficient(hardware, backend.compute),
         Coefficient("compute_utilization", compute["utilization"], "share of tensor peak", "estimate", compute["source"]),
         Coefficient("kernels_per_step", profile.kernels_per_token, "kernels", profile.origin,
                     "; ".join(profile.notes) or "roofline/data/kernels.toml"),

@@ -24,6 +24,13 @@ KV_SPELLINGS = {"auto": "auto", "bfloat16": "bf16", "bf16": "bf16", "float16": "
 ROUTINGS = ("uniform", "shared")  # MoE experts per step: independent per token, or one prompt to every stream
 
 
+# The bounds of a decode scenario wherever it comes from (an option, a bench file, a capture, a
+# server): each far beyond real use (commands/types.py states the same bounds at the CLI edge).
+CONTEXT_LIMIT = 1 << 24  # tokens
+BATCH_LIMIT = 1 << 16  # sequences
+DRAFT_TOKENS_LIMIT = 64  # speculative tokens per step
+
+
 @dataclass(frozen=True)
 class Scenario:
     batch: int = 1  # concurrent sequences decoded together
@@ -36,14 +43,15 @@ class Scenario:
     routing: str = "uniform"
 
     def validate(self) -> "Scenario":
-        if self.batch < 1:
-            raise RooflineError("--batch must be at least 1")
-        if self.context < 0:
-            raise RooflineError("--context must be non-negative")
+        if not 1 <= self.batch <= BATCH_LIMIT:
+            raise RooflineError(f"batch {self.batch} is out of range 1..{BATCH_LIMIT}")
+        if not 0 <= self.context <= CONTEXT_LIMIT:
+            raise RooflineError(f"context {self.context} tokens is out of range 0..{CONTEXT_LIMIT} "
+                                "(vLLM's longest contexts are 10M tokens)")
         if self.kv_cache_dtype != "auto" and self.kv_cache_dtype not in KV_DTYPE_BYTES:
             raise RooflineError(f"unknown --kv-cache-dtype {self.kv_cache_dtype!r}; use auto, bf16, fp16 or fp8")
-        if self.speculative_tokens < 0:
-            raise RooflineError("--speculative must be non-negative")
+        if not 0 <= self.speculative_tokens <= DRAFT_TOKENS_LIMIT:
+            raise RooflineError(f"{self.speculative_tokens} speculative tokens is out of range 0..{DRAFT_TOKENS_LIMIT}")
         if not 0 <= self.acceptance_rate < 1:
             raise RooflineError("acceptance rate must be in [0, 1)")
         if self.routing not in ROUTINGS:
@@ -54,7 +62,7 @@ class Scenario:
         """Tokens each sequence gains per step: 1, or with n draft tokens accepted with
         probability a each (stopping at the first rejection) 1 + a + ... + a^n."""
         a, n = self.acceptance_rate, self.speculative_tokens
-        return sum(a ** i for i in range(n + 1))
+        return (1.0 - a ** (n + 1)) / (1.0 - a)  # closed form: n may come from a server or a file
 
 
 @dataclass

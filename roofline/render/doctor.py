@@ -6,6 +6,7 @@ from roofline import __version__
 from roofline.advise.doctor import Diagnosis, vllm_estimate_misses
 from roofline.live.doctor import Observation
 from roofline.predict.hardware import Hardware
+from roofline.untrusted import redact_url
 
 from .text import text_table
 
@@ -26,7 +27,7 @@ def doctor_json(obs: Observation, diagnosis: Diagnosis, hardware: Hardware) -> d
     return {
         "schema": SCHEMA,
         "roofline_version": __version__,
-        "url": facts.url if facts else None,
+        "url": redact_url(facts.url) if facts else None,
         "hardware": {"key": hardware.key, "name": hardware.name, "bandwidth_gbps": hardware.bandwidth_gbps,
                      "bandwidth_source": hardware.bandwidth_source},
         "inventory_source": obs.inventory_source,

@@ -31,10 +31,15 @@ So the whole model's bytes == sum over ranks of sharded bytes + replicated bytes
 from __future__ import annotations
 
 import glob
-import json
 import os
+from typing import Annotated, Any, Union
+
+import msgspec
+from msgspec import Meta
 
 from roofline.errors import RooflineError
+from roofline.schema import Count, Name, Positive, checked
+from roofline.untrusted import printable
 from roofline.model.architecture import shape_from_config
 from roofline.model.detect import detect_format
 from roofline.model.formats import TORCH_DTYPES, dtype_nbytes
@@ -49,6 +54,91 @@ SUPPORTED_VERSIONS = (1,)
 # w13_weight_scale reads as weight_scale (detect.py knows checkpoint suffixes)
 _MOE_PREFIXES = ("w13_", "w2_", "w1_", "w3_")
 
+# ---------------------------------------------------------------------------------------------
+# The file format, checked with msgspec before anything reads it (hooks/walk.py writes it). Fields a
+# newer writer adds pass; a field of the wrong type or out of range is one error naming it.
+
+MAX_WORLD = 65_536  # ranks of one vLLM deployment; a larger world is damage, not a cluster
+MAX_DRAFT_TOKENS = 1_024  # speculative tokens per step (vLLM's drafters propose a handful)
+Dim = Annotated[int, Meta(ge=0, lt=1 << 40)]
+World = Annotated[int, Meta(ge=1, le=MAX_WORLD)]
+RankIndex = Annotated[int, Meta(ge=0, lt=MAX_WORLD)]
+
+
+class TensorRecord(msgspec.Struct):
+    name: Name
+    dtype: Name
+    shape: Annotated[list[Dim], Meta(max_length=8)]
+    kind: Name | None = None
+    nbytes: Count = 0
+    shard_dim: Union[Annotated[int, Meta(ge=0, lt=8)], Annotated[str, Meta(pattern="^unknown$")], None] = None
+    shared_with: Name | None = None
+    fingerprint: Any = None
+
+
+class ModuleRecord(msgspec.Struct):
+    name: Annotated[str, Meta(max_length=4096)]
+    tensors: list[TensorRecord] | None = None
+    runtime_tensors: list[TensorRecord] | None = None
+    quant_method: Name | None = None
+    scheme: Name | None = None
+    kernels: dict[Name, Any] | None = None
+    global_num_experts: Annotated[int, Meta(ge=0, le=1 << 20)] | None = None
+
+
+class Speculative(msgspec.Struct):
+    method: Name | None = None
+    num_speculative_tokens: Annotated[int, Meta(ge=0, le=MAX_DRAFT_TOKENS)] | None = None
+    model: Name | None = None
+
+
+class EngineFacts(msgspec.Struct):
+    """One worker's engine facts: what the rest of the tool reads of a rank record."""
+
+    rank: RankIndex = 0
+    world_size: World = 1
+    tp_size: World | None = None
+    pp_size: World | None = None
+    dp_size: World | None = None
+    tp_rank: RankIndex | None = None
+    pp_rank: RankIndex | None = None
+    run_id: Name | None = None
+    model: Name | None = None
+    vllm_version: Name | None = None
+    enforce_eager: bool = False
+    max_model_len: Positive | None = None
+    kv_cache_dtype: Name | None = None
+    block_size: Annotated[int, Meta(ge=1, le=1 << 20)] | None = None
+    cudagraph_mode: Name | None = None
+    speculative: Speculative | None = None
+    hf_config: dict[str, Any] = {}
+    quant_config: dict[str, Any] | None = None
+    aliases: dict[Name, Name] = {}
+    tensor_fields: Annotated[list[Name], Meta(max_length=64)] | None = None
+    modules: Annotated[list[dict[str, Any]], Meta(max_length=1 << 22)] = []
+
+
+class RankRecord(EngineFacts):
+    """A rank record after its tensor rows became records (`_normalise`)."""
+
+    modules: list[ModuleRecord] = []
+
+
+def _check_records(data: dict, where: str) -> None:
+    """Every rank record against the schema, and the ranks against each other (vLLM's rules: a
+    rank inside its world, TP x PP within it)."""
+    for index, record in enumerate(data["ranks"]):
+        if not isinstance(record, dict):
+            raise RooflineError(f"{where}: rank record {index} is not an object")
+        checked(record, RankRecord, f"{where} (rank record {index})")
+        rank, world = record.get("rank") or 0, record.get("world_size") or 1
+        if rank >= world:
+            raise RooflineError(f"{where}: rank {rank} of a world of {world}")
+        tp, pp = record.get("tp_size") or 1, record.get("pp_size") or 1
+        if tp * pp > world:
+            raise RooflineError(f"{where}: tensor parallel {tp} x pipeline parallel {pp} is more than the "
+                                f"world of {world} ranks")
+
 
 def load_capture(path: str, normalise: bool = True) -> dict:
     """The merged capture (tensor records as dicts with full names unless normalise=False). Accepts the merged file, or (for a `vllm serve` still running or
@@ -61,6 +151,8 @@ def load_capture(path: str, normalise: bool = True) -> dict:
         if not parts:
             raise RooflineError(f"{path}: no such capture file")
         ranks = [_read(p) for p in parts]
+        for part, record in zip(parts, ranks):
+            checked(record, EngineFacts, part)
         run_ids = {r.get("run_id") for r in ranks}
         if len(run_ids) > 1:
             raise RooflineError(f"{path}: rank files from different vLLM runs ({len(run_ids)} run ids)")
@@ -69,38 +161,47 @@ def load_capture(path: str, normalise: bool = True) -> dict:
                 "run_id": ranks[0].get("run_id"), "world_size": world,
                 "complete": len({r.get("rank") for r in ranks}) >= world, "ranks": ranks}
     if data.get("format") != FORMAT:
-        raise RooflineError(f"{path}: not a roofline vLLM capture (format {data.get('format')!r})")
+        raise RooflineError(f"{path}: not a roofline vLLM capture (format {printable(repr(data.get('format')), 60)})")
     if data.get("version") not in SUPPORTED_VERSIONS:
-        raise RooflineError(f"{path}: capture version {data.get('version')!r} not supported "
+        raise RooflineError(f"{path}: capture version {printable(repr(data.get('version')), 40)} not supported "
                             f"(this roofline reads {', '.join(map(str, SUPPORTED_VERSIONS))})")
     if data.get("kind") != "merged":  # a single rank's part, given directly
+        world = checked(data, EngineFacts, path).world_size
         data = {"format": FORMAT, "version": data["version"], "kind": "merged",
-                "run_id": data.get("run_id"), "world_size": int(data.get("world_size") or 1),
-                "complete": int(data.get("world_size") or 1) == 1, "ranks": [data]}
+                "run_id": data.get("run_id"), "world_size": world, "complete": world == 1, "ranks": [data]}
     ranks = data.get("ranks")
     if not isinstance(ranks, list) or not ranks:
         raise RooflineError(f"{path}: capture holds no rank records")
+    if len(ranks) > MAX_WORLD:
+        raise RooflineError(f"{path}: {len(ranks)} rank records; more than any vLLM deployment")
+    if not all(isinstance(r, dict) for r in ranks):
+        raise RooflineError(f"{path}: a rank record is not an object")
+    for index, record in enumerate(ranks):
+        checked(record, EngineFacts, f"{path} (rank record {index})")
     if not data.get("complete"):
-        have = sorted(r.get("rank") for r in ranks)
-        raise RooflineError(f"{path}: incomplete capture: ranks {have} of {data.get('world_size')} "
+        have = sorted(r.get("rank") or 0 for r in ranks)
+        raise RooflineError(f"{path}: incomplete capture: ranks {have[:16]} of {printable(data.get('world_size'), 20)} "
                             "(did every vLLM worker finish loading?)")
     if not normalise:
         return data
     try:
         _normalise(data, path)
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise RooflineError(f"{path}: malformed capture ({type(exc).__name__}: {exc})") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise RooflineError(f"{path}: malformed capture ({type(exc).__name__}: {printable(str(exc), 120)})") from None
+    _check_records(data, path)
     return data
 
 
 def _read(path: str) -> dict:
     try:
-        with open(path) as f:
-            data = json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read()
     except OSError as exc:
         raise RooflineError(f"{path}: cannot read ({exc.strerror})") from None
-    except ValueError as exc:
-        raise RooflineError(f"{path}: not valid JSON ({exc})") from None
+    try:
+        data = msgspec.json.decode(raw)  # standard JSON only: no NaN / Infinity literals
+    except msgspec.DecodeError as exc:
+        raise RooflineError(f"{path}: not valid JSON ({printable(str(exc), 120)})") from None
     if not isinstance(data, dict):
         raise RooflineError(f"{path}: not a roofline vLLM capture")
     return data

@@ -16,6 +16,7 @@ from roofline.errors import RooflineError
 from roofline.model.assemble import inventory_from_tensors
 from roofline.model.inventory import Inventory, Tensor
 
+from .hub_http import HubError, HubOverrun, bound_hub, request_bounds
 from .local import INDEX, gc_paused, load_local, merge_shards, read_json, shard_names
 from .safetensors_header import header_length, parse_header
 
@@ -23,11 +24,6 @@ from .safetensors_header import header_length, parse_header
 SPECULATIVE_BYTES = 64 * 1024
 SINGLE_FILE = "model.safetensors"  # the weights of an unsharded checkpoint
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-class HubError(RooflineError):
-    """The hub could not be asked, or refused (network, offline, auth, gating, missing): unlike a
-    broken file, worth asking again later."""
 
 
 class NoSafetensors(RooflineError):
@@ -41,6 +37,8 @@ def looks_like_repo_id(model: str) -> bool:
 def _hub_error(exc: Exception, repo_id: str, what: str) -> HubError:
     from huggingface_hub import errors
 
+    if isinstance(exc, HubError):  # already one line (an answer past its bounds)
+        return exc
     if isinstance(exc, (errors.OfflineModeIsEnabled, errors.LocalEntryNotFoundError)):
         return HubError(f"{repo_id}: {what} is not in the Hugging Face cache and the hub cannot be reached "
                              f"(offline or unreachable)")
@@ -62,6 +60,7 @@ def _hub_error(exc: Exception, repo_id: str, what: str) -> HubError:
 def download(repo_id: str, filename: str, revision: str | None, optional: bool = False) -> str | None:
     from huggingface_hub import errors, hf_hub_download
 
+    bound_hub()
     try:
         return hf_hub_download(repo_id, filename, revision=revision)
     except errors.EntryNotFoundError as exc:
@@ -85,10 +84,18 @@ def _fetch_header(url: str, headers: dict, name: str, repo_id: str) -> tuple[lis
     from huggingface_hub import get_session
     from huggingface_hub.utils import hf_raise_for_status
 
+    bound_hub()
     session = get_session()
     where = f"{repo_id}/{name}"
     try:
-        response = session.get(url, headers={**headers, "Range": f"bytes=0-{SPECULATIVE_BYTES - 1}"}, timeout=60)
+        # a server that ignores Range would send the whole file: one byte past the range is enough to know
+        try:
+            response = session.get(url, headers={**headers, "Range": f"bytes=0-{SPECULATIVE_BYTES - 1}"},
+                                   timeout=60, extensions=request_bounds(60.0, SPECULATIVE_BYTES + 1))
+        except HubOverrun as exc:
+            if exc.too_large:
+                raise RooflineError(f"{where}: the server ignored the HTTP range request") from None
+            raise
         hf_raise_for_status(response)
         first = response.content
         size = _total_size(response.headers.get("Content-Range"), len(first), response.status_code)
@@ -104,7 +111,7 @@ def _fetch_header(url: str, headers: dict, name: str, repo_id: str) -> tuple[lis
             raw = first[8:8 + length]
         else:
             response = session.get(url, headers={**headers, "Range": f"bytes={len(first)}-{8 + length - 1}"},
-                                   timeout=120)
+                                   timeout=120, extensions=request_bounds(120.0, 8 + length - len(first)))
             hf_raise_for_status(response)
             raw = first[8:] + response.content
             transferred += len(response.content)

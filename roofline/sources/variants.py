@@ -19,10 +19,16 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Annotated, Union
+
+import msgspec
+from msgspec import Meta
 
 from roofline.data import load_table
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
+from roofline.schema import checked
+from roofline.untrusted import is_commit_id, printable, shown, under_root
 
 from .cache_files import (
     cache_root,
@@ -31,7 +37,8 @@ from .cache_files import (
     tensors_from_rows,
     write_entry,
 )
-from .hub import HubError, HubParts, hub_parts, inventory_from_parts
+from .hub import REPO_ID, HubError, HubParts, hub_parts, inventory_from_parts
+from .hub_http import bound_hub, request_bounds
 
 SCHEMA = "roofline.variant/1"
 DEFAULT_POOL = 8
@@ -54,29 +61,96 @@ def _variants_dir() -> Path:
 
 
 def _listing_path(base: str) -> Path:
-    return _variants_dir() / f"{base.replace('/', '__')}.listing.json"
+    return under_root(_variants_dir(), f"{base.replace('/', '__')}.listing.json")
+
+
+# The hub's answer to /api/models, as far as it is read: checked before any of it is used.
+MAX_PAGES = 50  # of one listing
+MAX_ITEMS = 5_000  # variants of one base (the most quantized base models list a few thousand)
+PAGE_SIZE = 1_000  # the hub's largest page
+PAGE_LIMIT = 64 * 2**20  # bytes of one page (1000 entries with their file lists: a few MB)
+EXPAND = ("sha", "downloads", "gated", "siblings", "tags", "library_name")
+Text = Annotated[str, Meta(max_length=1024)]
+
+
+class Sibling(msgspec.Struct):
+    rfilename: Text
+
+
+class ModelSummary(msgspec.Struct):
+    id: Annotated[str, Meta(max_length=200)]
+    sha: Text | None = None
+    downloads: Annotated[int, Meta(ge=0, le=2**53)] = 0
+    gated: Union[bool, Text] = False
+    tags: Annotated[list[Text], Meta(max_length=10_000)] = []
+    library_name: Text | None = None
+    siblings: Annotated[list[Sibling], Meta(max_length=100_000)] = []
+
+
+def _listing_pages(base: str, limit: int | None):
+    """The hub's listing of BASE's quantized variants, page by page (Link: next), at most
+    MAX_PAGES pages and `limit` (or MAX_ITEMS) items, each page bounded in time and size."""
+    from huggingface_hub import constants, get_session
+    from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
+
+    bound_hub()
+    wanted = min(limit or MAX_ITEMS, MAX_ITEMS)
+    url = f"{constants.ENDPOINT}/api/models"
+    params = [("filter", f"base_model:quantized:{base}"), ("sort", "downloads"), ("direction", "-1"),
+              ("limit", str(min(wanted, PAGE_SIZE)))] + [("expand", e) for e in EXPAND]
+    session, headers, items = get_session(), build_hf_headers(), 0
+    for page in range(MAX_PAGES):
+        response = session.get(url, params=params, headers=headers, extensions=request_bounds(limit=PAGE_LIMIT))
+        hf_raise_for_status(response)
+        try:
+            rows = msgspec.json.decode(response.content)
+        except msgspec.DecodeError:
+            raise RooflineError(f"{base}: the hub's listing (page {page + 1}) is not JSON") from None
+        rows = checked(rows, list[ModelSummary], f"{base}: the hub's listing (page {page + 1})")
+        rows = rows[:wanted - items]
+        items += len(rows)
+        yield rows
+        following = response.links.get("next", {}).get("url")
+        if items >= wanted or not following or not rows:
+            return
+        url, params = following, None
+    raise RooflineError(f"{base}: the hub's listing ran past {MAX_PAGES} pages; not a listing the hub sends")
+
+
+def _variant(summary: ModelSummary) -> Variant:
+    """A listed repository as a Variant; a repository id or a commit id that is not one is
+    skipped with the reason, never used in a path or a request."""
+    variant = Variant(repo=summary.id, sha=summary.sha, downloads=summary.downloads, gated=bool(summary.gated),
+                      tags=list(summary.tags), library=summary.library_name,
+                      files=[s.rfilename for s in summary.siblings])
+    if not REPO_ID.match(summary.id):
+        variant.repo = printable(summary.id, 100)
+        variant.skipped = "the hub listed a repository id that is not one"
+    elif summary.sha is not None and not is_commit_id(summary.sha):
+        variant.skipped = f"the hub listed commit {shown(summary.sha, 60)!r}, not a commit id (40 hex digits)"
+        variant.sha = None
+    return variant
 
 
 def list_variants(base: str, limit: int | None = None) -> tuple[list[Variant], str]:
     """(variants of BASE by downloads, where the list came from: "hub" or "cache")."""
-    from huggingface_hub import HfApi, constants
+    from huggingface_hub import constants
 
+    if not REPO_ID.match(base):
+        raise RooflineError(f"--variants {shown(base, 100)!r}: give a hub id such as org/name")
     if constants.HF_HUB_OFFLINE:
         return _cached_listing(base, limit), "cache"
     try:
-        models = list(HfApi().list_models(filter=f"base_model:quantized:{base}", sort="downloads", limit=limit,
-                                          expand=["sha", "downloads", "gated", "siblings", "tags", "library_name"]))
+        summaries = [summary for page in _listing_pages(base, limit) for summary in page]
     except Exception as exc:  # noqa: BLE001 - an unreachable hub falls back to the last listing
         cached = _cached_listing(base, limit, missing_ok=True)
         if cached is not None:
             return cached, "cache"
+        if isinstance(exc, RooflineError):
+            raise
         raise RooflineError(f"{base}: cannot list its quantized variants on the hub ({exc.__class__.__name__}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
-    variants = [Variant(repo=m.id, sha=getattr(m, "sha", None), downloads=int(getattr(m, "downloads", 0) or 0),
-                        gated=bool(getattr(m, "gated", False)), tags=list(getattr(m, "tags", None) or ()),
-                        library=getattr(m, "library_name", None),
-                        files=[s.rfilename for s in (getattr(m, "siblings", None) or ())])
-                for m in models]
+                            f"{shown(str(exc).splitlines()[0] if str(exc) else '', 160)})") from None
+    variants = [_variant(summary) for summary in summaries]
     write_entry(_listing_path(base), {"schema": SCHEMA, "base": base, "variants": [asdict(v) for v in variants]})
     return variants, "hub"
 
@@ -88,10 +162,28 @@ def _cached_listing(base: str, limit: int | None, missing_ok: bool = False) -> l
             return None
         raise RooflineError(f"{base}: offline (HF_HUB_OFFLINE) and no cached listing of its variants; "
                             f"run once online")
-    fields = set(Variant.__dataclass_fields__)
-    variants = [Variant(**{k: v for k, v in row.items() if k in fields}) for row in entry["variants"]
-                if isinstance(row, dict) and isinstance(row.get("repo"), str)]
+    try:
+        rows = checked(entry["variants"], list[CachedVariant], str(_listing_path(base)))
+    except RooflineError:
+        if missing_ok:
+            return None
+        raise
+    variants = [_variant(ModelSummary(id=row.repo, sha=row.sha, downloads=row.downloads, gated=row.gated,
+                                      tags=row.tags, library_name=row.library,
+                                      siblings=[Sibling(f) for f in row.files])) for row in rows]
     return variants[:limit] if limit else variants
+
+
+class CachedVariant(msgspec.Struct):
+    """A row of a cached listing (a Variant as list_variants wrote it)."""
+
+    repo: Annotated[str, Meta(max_length=200)]
+    sha: Text | None = None
+    downloads: Annotated[int, Meta(ge=0, le=2**53)] = 0
+    gated: bool = False
+    tags: list[Text] = []
+    library: Text | None = None
+    files: list[Text] = []
 
 
 def classify(variant: Variant, has_token: bool) -> str | None:
@@ -151,7 +243,8 @@ def audit_variants(variants: list[Variant], *, pool: int = DEFAULT_POOL, progres
 
 
 def _entry_path(variant: Variant) -> Path:
-    return _variants_dir() / f"{variant.repo.replace('/', '__')}@{variant.sha or 'unknown'}.json"
+    sha = variant.sha if is_commit_id(variant.sha) else "unknown"
+    return under_root(_variants_dir(), f"{variant.repo.replace('/', '__')}@{sha}.json")
 
 
 def _inventory(variant: Variant, offline: bool) -> Inventory:
