@@ -191,6 +191,10 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                             f"does not fit --max-model-len {request.max_model_len} (vLLM refuses such a request)")
     terms = memory_terms(inventory, hardware, request)
     budget = terms[-1].bytes
+    given = terms[-1].kind == "given"
+    if given and budget + inventory.weight_bytes > hardware.memory_gb * 1e9:
+        raise RooflineError(f"does not fit: {budget / GIB:,.2f} GiB of KV cache beside {inventory.weight_bytes / 1e9:.2f} GB "
+                            f"of weights is more than the {hardware.memory_gb:g} GB of {hardware.name}")
     if budget <= 0:
         weights = inventory.weight_bytes / 1e9
         raise RooflineError(f"does not fit: the weights ({weights:.2f} GB) and vLLM's overheads leave no KV cache "
@@ -203,6 +207,11 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                      state_dtype_bytes=int(dtype_bytes(shape.state_dtype)), memory_bytes=int(budget),
                      max_model_len=request.max_model_len, layout=platform_layout(hardware),
                      block_size=request.block_size, prefix_caching=request.prefix_caching)
+    if kv.num_blocks < kv.blocks_for(request.max_model_len):
+        # vLLM's own start-up check (check_enough_kv_cache_memory / "No available memory for the cache blocks")
+        raise RooflineError(f"vLLM refuses to start: {budget / GIB:,.3g} GiB of KV cache hold {kv.num_blocks} blocks, "
+                            f"fewer than the {kv.blocks_for(request.max_model_len)} one request of --max-model-len "
+                            f"{request.max_model_len} needs; give the KV cache more memory or lower --max-model-len")
     context = min(request.prompt_len + request.output_len // 2, request.max_model_len)
     per_request_blocks = kv.blocks_for(request.prompt_len + request.output_len)
     max_seqs = request.max_num_seqs or _table()["memory"]["max_num_seqs"]

@@ -1,11 +1,10 @@
 """roofline audit MODEL"""
 from __future__ import annotations
 
-import json
-
 import click
 
 from roofline.errors import RooflineError
+from roofline.files import write_json
 
 from . import types
 from .options import scenario_from, scenario_options, source_options
@@ -39,8 +38,7 @@ def command(model, revision, config_only, no_cache, from_vllm, trust_remote_code
     if as_json or json_out:
         payload = result.to_json()
     if json_out:
-        with open(json_out, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=1)
+        write_json(json_out, payload, indent=1)
     if html_path:
         from roofline.reports import write_audit_report
         write_audit_report(result, html_path, cdn=cdn)

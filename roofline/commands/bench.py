@@ -1,11 +1,10 @@
 """roofline bench --url URL"""
 from __future__ import annotations
 
-import json
-
 import click
 
 from roofline.errors import RooflineError
+from roofline.files import write_json
 
 from . import types
 from .output import echo, print_json
@@ -71,8 +70,7 @@ def command(url, concurrency_text, sweep_rounds, same_prompt, as_json, json_out,
     result = run_bench(cfg, progress=progress)
     payload = result.to_json()
     if json_out:
-        with open(json_out, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=1)
+        write_json(json_out, payload, indent=1)
     if as_json:
         print_json(payload)
     else:

@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from roofline.errors import RooflineError
+from roofline.files import write_json
 
 ENV = "ROOFLINE_CAPTURE"  # the plugin's switch (roofline/hooks/plugin.py)
 PLUGIN_NAME = "roofline_capture"
@@ -64,10 +65,7 @@ def run_capture(model: str, vllm_args: list[str], out: str, *, timeout: float = 
         from roofline.sources.capture import load_capture
 
         capture = load_capture(target, normalise=False)
-        tmp = out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(capture, f, separators=(",", ":"))
-        os.replace(tmp, out)
+        write_json(out, capture, indent=None)
         modules = len(capture["ranks"][0].get("modules", []))
         return CaptureResult(out, int(capture["world_size"]), modules, time.monotonic() - started)
     finally:

@@ -7,12 +7,16 @@ ops are counted instead and the profile says so (device "cpu").
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import re
 from collections import defaultdict
+from typing import Annotated, Any, Union
+
+import msgspec
+from msgspec import Meta
 
 from roofline.errors import RooflineError
+from roofline.schema import checked
 from roofline.model.roles import LAYER_INDEX, classify
 from roofline.predict.kernels import KernelCount, KernelProfile
 
@@ -62,19 +66,41 @@ _CPU_NO_WORK = re.compile(r"^aten::(view|_unsafe_view|reshape|as_strided|t|trans
                           r"new_empty_strided|flatten|resolve_conj|resolve_neg)$")
 
 
+TRACE_LIMIT = 2 * 2**30  # bytes of one trace, decompressed (one profiled step is tens of MB)
+_Time = Annotated[float, Meta(ge=-1e18, le=1e18)]  # microseconds
+
+
+class TraceEvent(msgspec.Struct):
+    """A complete ("X") event of a chrome trace, as far as it is read."""
+
+    ts: _Time
+    name: Annotated[str, Meta(max_length=1 << 16)] = ""
+    cat: Annotated[str, Meta(max_length=256)] | None = None
+    dur: Annotated[float, Meta(ge=0, le=1e18)] = 0.0
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    args: dict[str, Any] | None = None
+
+
 def load_trace(path: str) -> dict:
+    """The trace's JSON, its complete events checked (types, finite times) before any is read."""
     if not os.path.isfile(path):
         raise RooflineError(f"{path}: no such trace file")
     try:
         opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError, EOFError) as exc:
+        with opener(path, "rb") as f:
+            raw = f.read(TRACE_LIMIT + 1)
+        if len(raw) > TRACE_LIMIT:
+            raise RooflineError(f"{path}: larger than {TRACE_LIMIT // 2**30} GiB; not the trace of one decode step")
+        data = msgspec.json.decode(raw)
+    except (OSError, EOFError, msgspec.DecodeError) as exc:
         raise RooflineError(f"{path}: not a chrome trace (JSON) file: {exc}") from None
     if isinstance(data, list):
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise RooflineError(f"{path}: no traceEvents: not a torch profiler / chrome trace")
+    complete = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+    checked(complete, list[TraceEvent], f"{path}: complete events (traceEvents with ph X, in order)")
     return data
 
 
@@ -141,7 +167,7 @@ def parse_trace(path: str, num_layers: int | None = None, model_id: str | None =
     if kernels:
         for e in events:
             if e.get("cat") in _LAUNCH_CATS:
-                corr = (e.get("args") or {}).get("correlation")
+                corr = _correlation(e)
                 if corr is not None:
                     launches[corr] = e
     else:
@@ -159,7 +185,7 @@ def parse_trace(path: str, num_layers: int | None = None, model_id: str | None =
     grouped: dict[tuple, list[str]] = defaultdict(list)
     unattributed = 0
     for k in kernels:
-        host = launches.get((k.get("args") or {}).get("correlation")) if device == "cuda" else k
+        host = launches.get(_correlation(k)) if device == "cuda" else k
         names: list[str] = []
         if host is not None:
             t = host["ts"]
@@ -187,6 +213,12 @@ def parse_trace(path: str, num_layers: int | None = None, model_id: str | None =
     if steps > 1:
         notes.append(f"the trace holds {steps} profiler steps: counts are their sum, not one decode step")
     return KernelProfile(model_id or os.path.basename(path), "trace", device, counts, notes)
+
+
+def _correlation(event: dict):
+    """The id joining a kernel to its launch; None when absent or not an id."""
+    corr = (event.get("args") or {}).get("correlation")
+    return corr if isinstance(corr, (int, str)) and not isinstance(corr, bool) else None
 
 
 def _profiler_steps(events: list[dict]) -> int:

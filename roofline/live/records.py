@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from roofline import __version__
 from roofline.errors import RooflineError
+from roofline.files import json_bytes
 
 SCHEMA = "roofline.validation/1"
 DEFAULT_RECORD = "roofline-validation.jsonl"
@@ -83,7 +84,7 @@ def append_record(path: str, row: dict) -> str:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise RooflineError(f"--record {path}: folder {directory} does not exist")
-    line = (json.dumps(row, sort_keys=False) + "\n").encode("utf-8")
+    line = json_bytes(row, f"--record {path}") + b"\n"  # NaN / Infinity are refused, never written
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
