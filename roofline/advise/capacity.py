@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from roofline.data import load_table
 from roofline.errors import RooflineError
-from roofline.model.architecture import text_config
+from roofline.model.architecture import config_int, text_config
 from roofline.model.inventory import Inventory
 from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
@@ -128,8 +128,8 @@ def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int) -> float
     cfg = text_config(inventory.config)
     shape = inventory.shape
     hidden = shape.hidden_size
-    inter = int(cfg.get("moe_intermediate_size") or 0) * max(shape.experts_per_token, 1) \
-        or int(cfg.get("intermediate_size") or 4 * hidden)
+    inter = config_int(cfg, "moe_intermediate_size") * max(shape.experts_per_token, 1) \
+        or config_int(cfg, "intermediate_size", default=4 * hidden)
     dtype = dtype_bytes(shape.dtype)
     return tokens * (8 * hidden + 3 * inter) * dtype + seqs * shape.vocab_size * 4
 

@@ -26,14 +26,15 @@ from .output import echo, print_json
 def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, name, efficiency, as_json):
     """Measure this host's achievable memory bandwidth (large copy and GEMV), so a CPU or GPU
     host can be validated against its own roof. The roof is the best kernel's best repetition."""
-    from roofline.live.calibrate import check_key, hardware_entry, measure, save_entry
+    from roofline.live.calibrate import check_key, check_name, hardware_entry, measure, save_entry
 
     if not 0 < efficiency <= 1:
         raise RooflineError("--efficiency must be in (0, 1]")
     if hardware_file and not save_key:
         raise RooflineError("--hardware-file needs --save KEY")
     if save_key:
-        check_key(save_key)
+        save_key = check_key(save_key)
+    check_name(name)
     progress = None if as_json else (lambda message: echo(message, err=True))
     calibration = measure(device=device, buffer_mb=buffer_mb, repetitions=repetitions, threads=threads,
                           progress=progress)

@@ -158,7 +158,9 @@ def _counters(obs: Observation, before: Metrics | None, after: Metrics | None) -
     spec = {key: _counter_delta(obs, before, after, key)
             for key in ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens")}
     drafts, draft_tokens, accepted = spec.values()
-    if None not in spec.values() and (draft_tokens > drafts * DRAFT_TOKENS_LIMIT or accepted > draft_tokens):
+    if None in spec.values():
+        spec = {}  # the three only mean something together
+    elif draft_tokens > drafts * DRAFT_TOKENS_LIMIT or accepted > draft_tokens:
         obs.problems.append(f"/metrics speculative counters do not add up ({int(accepted)} accepted of "
                             f"{int(draft_tokens)} draft tokens in {int(drafts)} drafts); left out")
         spec = {}

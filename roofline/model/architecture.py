@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from roofline.errors import RooflineError
 
+from .limits import check_config_sizes
+
 
 @dataclass(frozen=True)
 class AttentionLayer:
@@ -69,7 +71,9 @@ def text_config(config: dict) -> dict:
     return config
 
 
-def _int(cfg: dict, *keys: str, default: int = 0) -> int:
+def config_int(cfg: dict, *keys: str, default: int = 0) -> int:
+    """The first of `keys` whose value is a whole number (not a bool); `default` when none is: a
+    per-layer list or a fraction is not read as a single size."""
     for key in keys:
         value = cfg.get(key)
         if isinstance(value, bool):
@@ -95,12 +99,12 @@ def _layer_types(cfg: dict, num_layers: int) -> list[str]:
         # NemotronH: M = Mamba2, * = attention, - = MLP, E = MoE
         kinds = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "mlp"}
         return [kinds.get(ch, "mlp") for ch in pattern[:num_layers]]
-    interval = _int(cfg, "full_attention_interval")
+    interval = config_int(cfg, "full_attention_interval")
     if interval > 0 and (cfg.get("linear_num_value_heads") or cfg.get("linear_key_head_dim")):
         # Qwen3-Next: every interval-th layer is full attention, the rest Gated DeltaNet
         return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(num_layers)]
     if cfg.get("use_sliding_window") and cfg.get("sliding_window"):
-        max_window_layers = _int(cfg, "max_window_layers", default=num_layers)
+        max_window_layers = config_int(cfg, "max_window_layers", default=num_layers)
         return ["sliding_attention" if i < max_window_layers else "full_attention" for i in range(num_layers)]
     if cfg.get("sliding_window") and cfg.get("model_type") in ("mistral", "mixtral"):
         return ["sliding_attention"] * num_layers
@@ -108,63 +112,66 @@ def _layer_types(cfg: dict, num_layers: int) -> list[str]:
 
 
 def shape_from_config(config: dict) -> ModelShape:
+    if not isinstance(config, dict):
+        raise RooflineError("config.json is not a JSON object")
+    check_config_sizes(config)  # every source's config: sizes are numbers, and not absurd
     cfg = text_config(config)
-    num_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
-    hidden = _int(cfg, "hidden_size", "n_embd", "d_model")
+    num_layers = config_int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = config_int(cfg, "hidden_size", "n_embd", "d_model")
     if num_layers <= 0 or hidden <= 0:
         raise RooflineError("config.json has no num_hidden_layers / hidden_size: not a decoder LM config")
-    heads = _int(cfg, "num_attention_heads", "n_head", default=1)
-    kv_heads = _int(cfg, "num_key_value_heads", default=heads)
-    head_dim = _int(cfg, "head_dim", default=hidden // max(heads, 1))
+    heads = config_int(cfg, "num_attention_heads", "n_head", default=1)
+    kv_heads = config_int(cfg, "num_key_value_heads", default=heads)
+    head_dim = config_int(cfg, "head_dim", default=hidden // max(heads, 1))
     architectures = config.get("architectures") or cfg.get("architectures") or ["unknown"]
     shape = ModelShape(
         architecture=str(architectures[0]),
         model_type=str(config.get("model_type") or cfg.get("model_type") or "unknown"),
         num_layers=num_layers,
         hidden_size=hidden,
-        vocab_size=_int(cfg, "vocab_size"),
+        vocab_size=config_int(cfg, "vocab_size"),
         dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16"),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
-        num_experts=_int(cfg, "num_experts", "num_local_experts", "n_routed_experts"),
-        experts_per_token=_int(cfg, "num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_topk"),
-        mtp_layers=_int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers"),
+        num_experts=config_int(cfg, "num_experts", "num_local_experts", "n_routed_experts"),
+        experts_per_token=config_int(cfg, "num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_topk"),
+        mtp_layers=config_int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers"),
         state_dtype=str(cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype") or "float32"),
         is_multimodal=cfg is not config,
     )
-    window = _int(cfg, "sliding_window") or None
-    mla = _int(cfg, "kv_lora_rank")
+    window = config_int(cfg, "sliding_window") or None
+    mla = config_int(cfg, "kv_lora_rank")
     for layer, kind in enumerate(_layer_types(cfg, num_layers)):
         if kind in ("full_attention", "sliding_attention", "attention"):
             if mla:
                 # DeepSeek MLA: vLLM caches the compressed latent + the rope key, one "head"
-                shape.attention.append(AttentionLayer(layer, 1, mla + _int(cfg, "qk_rope_head_dim"), 0, None))
+                shape.attention.append(AttentionLayer(layer, 1, mla + config_int(cfg, "qk_rope_head_dim"), 0, None))
                 continue
             layer_kv, layer_dim = kv_heads, head_dim
             if kind == "full_attention" and cfg.get("global_head_dim"):
                 # Gemma 4: global layers use their own head size and KV-head count
-                layer_dim = _int(cfg, "global_head_dim", default=head_dim)
-                layer_kv = _int(cfg, "num_global_key_value_heads", default=kv_heads)
+                layer_dim = config_int(cfg, "global_head_dim", default=head_dim)
+                layer_kv = config_int(cfg, "num_global_key_value_heads", default=kv_heads)
             # Gemma 4 "attention_k_eq_v": K and V are one projection but vLLM still caches both
             shape.attention.append(
                 AttentionLayer(layer, layer_kv, layer_dim, layer_dim,
                                window if kind == "sliding_attention" else None)
             )
         elif kind == "linear_attention":
-            key_heads = _int(cfg, "linear_num_key_heads")
-            value_heads = _int(cfg, "linear_num_value_heads", default=key_heads)
-            key_dim = _int(cfg, "linear_key_head_dim")
-            value_dim = _int(cfg, "linear_value_head_dim")
-            conv_kernel = _int(cfg, "linear_conv_kernel_dim", default=4)
+            key_heads = config_int(cfg, "linear_num_key_heads")
+            value_heads = config_int(cfg, "linear_num_value_heads", default=key_heads)
+            key_dim = config_int(cfg, "linear_key_head_dim")
+            value_dim = config_int(cfg, "linear_value_head_dim")
+            conv_kernel = config_int(cfg, "linear_conv_kernel_dim", default=4)
             conv_dim = 2 * key_heads * key_dim + value_heads * value_dim
             shape.recurrent.append(RecurrentLayer(
                 layer, "gdn", value_heads * key_dim * value_dim, conv_dim * (conv_kernel - 1)))
         elif kind == "mamba":
-            mamba_heads = _int(cfg, "mamba_num_heads")
-            mamba_head_dim = _int(cfg, "mamba_head_dim")
-            state = _int(cfg, "ssm_state_size", "state_size")
-            groups = _int(cfg, "n_groups", default=1)
-            conv_kernel = _int(cfg, "conv_kernel", default=4)
-            inner = mamba_heads * mamba_head_dim or _int(cfg, "expand", default=2) * hidden
+            mamba_heads = config_int(cfg, "mamba_num_heads")
+            mamba_head_dim = config_int(cfg, "mamba_head_dim")
+            state = config_int(cfg, "ssm_state_size", "state_size")
+            groups = config_int(cfg, "n_groups", default=1)
+            conv_kernel = config_int(cfg, "conv_kernel", default=4)
+            inner = mamba_heads * mamba_head_dim or config_int(cfg, "expand", default=2) * hidden
             conv_dim = inner + 2 * groups * state
             shape.recurrent.append(RecurrentLayer(
                 layer, "mamba", (mamba_heads or 1) * (mamba_head_dim or inner) * state, conv_dim * (conv_kernel - 1)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .architecture import shape_from_config, text_config
+from .architecture import config_int, shape_from_config, text_config
 from .formats import dtype_nbytes
 from .inventory import Tensor
 from .roles import NOT_READ_IN_TEXT_DECODE, classify
@@ -35,12 +35,12 @@ def add_mtp(config: dict, skeleton: Skeleton) -> None:
     """
     cfg = text_config(config)
     model_type = str(cfg.get("model_type") or config.get("model_type") or "")
-    layers = int(cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0)
+    layers = config_int(cfg, "mtp_num_hidden_layers") or config_int(cfg, "num_nextn_predict_layers")
     if layers <= 0:
         return
     tensors = skeleton.tensors
-    hidden = int(cfg.get("hidden_size") or 0)
-    num_layers = int(cfg.get("num_hidden_layers") or 0)
+    hidden = config_int(cfg, "hidden_size")
+    num_layers = config_int(cfg, "num_hidden_layers")
     dtype = next((t.dtype for t in tensors if t.name.endswith("norm.weight")), "BF16")
     shape = shape_from_config(config)
     by_layer: dict[int, list[Tensor]] = {}

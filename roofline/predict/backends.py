@@ -65,7 +65,7 @@ def backends() -> tuple[Backend, ...]:
 
 def backends_for(fmt: str, hardware: Hardware) -> list[Backend]:
     """The backends that run `fmt` on this device, vLLM's default first."""
-    cc = float(hardware.compute_capability)
+    cc = float(hardware.compute_capability or 0)  # "": a CPU, no GPU backend applies
     return [b for b in backends() if b.format == fmt and cc >= b.min_cc and (b.max_cc is None or cc < b.max_cc)]
 
 

@@ -70,9 +70,9 @@ class HardwareEntry(msgspec.Struct, forbid_unknown_fields=True):
     bandwidth_source: Text
     memory_gb: Annotated[float, Meta(gt=0, le=1e6)]
     usable_memory_gb: Annotated[float, Meta(gt=0, le=1e6)]
-    compute_capability: Annotated[str, Meta(max_length=32)]
+    compute_capability: Annotated[str, Meta(pattern=r"^([0-9]{1,3}\.[0-9]{1,3})?$")]  # "" on a CPU
     tensor_tflops: dict[Annotated[str, Meta(max_length=32)], _Rate]
-    host: Annotated[str, Meta(max_length=64)]
+    host: Annotated[str, Meta(pattern=r"^[a-z0-9_]{1,32}$")]  # a host class of launch.toml, or cpu
     efficiency: Annotated[float, Meta(gt=0, le=1)]
     efficiency_kind: Annotated[str, Meta(max_length=32)]
     efficiency_source: Text

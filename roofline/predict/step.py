@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from roofline.data import load_table
 from roofline.errors import RooflineError
-from roofline.model.architecture import text_config
+from roofline.model.architecture import config_int, text_config
 from roofline.model.formats import formats, get_format
 from roofline.model.inventory import Inventory
 from roofline.model.roles import role_properties
@@ -508,7 +508,7 @@ def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topol
         segment(layer, False).state_bytes += per_sequence * micro / topology.tp
     # attention over the context: QK^T and PV per query head (heads split over TP)
     attention_flops = load_table("rules")["compute"]["attention_flops_per_head_dim"]
-    q_heads = int(text_config(inventory.config).get("num_attention_heads") or 0)
+    q_heads = config_int(text_config(inventory.config), "num_attention_heads")
     for layer in shape.attention:
         span = min(config.context, layer.window or config.context)
         segment(layer.layer, False).compute_s += (attention_flops * q_heads * layer.head_dim * span * tokens_in

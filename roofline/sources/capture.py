@@ -221,7 +221,8 @@ def _normalise(data: dict, where: str) -> None:
             prefix = f"{entry['name']}." if entry.get("name") else ""
             for key in ("tensors", "runtime_tensors"):
                 rows = entry.get(key)
-                if rows is None:
+                if rows is None:  # absent and null read alike
+                    entry.pop(key, None)
                     continue
                 out = []
                 for row in rows:
