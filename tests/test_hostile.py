@@ -389,7 +389,7 @@ def _entry_fields(key: str = "x", **override) -> str:
     import tomli_w
 
     fields = {"name": "x", "bandwidth_gbps": 100.0, "bandwidth_source": "test", "memory_gb": 64.0, "usable_memory_gb": 60.0,
-              "compute_capability": "cpu", "tensor_tflops": {}, "host": "cpu", "efficiency": 0.7,
+              "compute_capability": "", "tensor_tflops": {}, "host": "cpu", "efficiency": 0.7,
               "efficiency_kind": "prior", "efficiency_source": "test"}
     fields.update(override)
     return tomli_w.dumps({key: fields})

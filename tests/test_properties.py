@@ -140,7 +140,7 @@ HARDWARE_FIELDS = ["name", "bandwidth_gbps", "memory_gb", "usable_memory_gb", "t
 @given(field=st.sampled_from(HARDWARE_FIELDS), value=toml_values, key=st.sampled_from(["box", "Box", "b\u00f6x", "a b"]))
 def test_malformed_hardware_files(field, value, key):
     entry = {"name": "box", "bandwidth_gbps": 200.0, "bandwidth_source": "t", "memory_gb": 128.0,
-             "usable_memory_gb": 120.0, "compute_capability": "x", "tensor_tflops": {"bf16": 100.0}, "host": "cpu",
+             "usable_memory_gb": 120.0, "compute_capability": "", "tensor_tflops": {"bf16": 100.0}, "host": "cpu",
              "efficiency": 0.7, "efficiency_kind": "prior", "efficiency_source": "t"}
     entry[field] = value
     with tempfile.TemporaryDirectory() as tmp:
