@@ -6,7 +6,7 @@ No real server can be made to send these answers on demand; the well-behaved pat
 real vLLM (tests/test_server_e2e.py, tests/test_doctor_vllm.py) and the hub stand-in
 (tests/hub_standin.py).
 
-HostileServer(routes): routes maps a request path (without the query) to a behaviour, a function
+HostileServer(routes): routes maps a request path (without the query), or "METHOD path", to a behaviour, a function
 (send) -> None that writes whatever it likes with send(bytes) and may sleep; the connection closes
 when it returns. Helpers build the common answers.
 """
@@ -134,9 +134,12 @@ class HostileServer:
                 if not piece:
                     return
                 data += piece
-            path = data.split(b" ", 2)[1].decode("latin-1") if data.count(b" ") >= 2 else "/"
+            method, path = (data.split(b" ", 2)[:2] if data.count(b" ") >= 2 else (b"GET", b"/"))
+            method, path = method.decode("latin-1"), path.decode("latin-1")
             self.hits.append(path)
-            behave = self.routes.get(path.split("?")[0]) or self.routes.get("*") or json_answer({"error": "no"})
+            bare = path.split("?")[0]
+            behave = (self.routes.get(f"{method} {bare}") or self.routes.get(bare) or self.routes.get("*")
+                      or json_answer({"error": "no"}))
 
             def send(chunk: bytes):
                 if self.stopped.is_set() or time.monotonic() > self.deadline:

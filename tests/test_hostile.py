@@ -153,6 +153,29 @@ def test_hub_listing_that_drips(tmp_path, monkeypatch):
     assert elapsed < 20
 
 
+def test_a_hub_file_that_drips(tmp_path):
+    # huggingface_hub's own download of config.json, through the bounded client
+    commit = "c" * 40
+    head = {"X-Repo-Commit": commit, "ETag": '"e"', "X-Linked-Size": "4000", "Content-Length": "4000"}
+
+    def answer_head(send):
+        send(("HTTP/1.1 200 OK\r\n" + "".join(f"{k}: {v}\r\n" for k, v in head.items())
+              + "Connection: close\r\n\r\n").encode())
+    config = "/org/model/resolve/main/config.json"
+    routes = {f"HEAD {config}": answer_head, f"GET {config}": drip(b"{" + b" " * 3998 + b"}", every_s=0.05),
+              f"GET /org/model/resolve/{commit}/config.json": drip(b"{" + b" " * 3998 + b"}", every_s=0.05)}
+    with HostileServer(routes) as server:
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-c", "import roofline.sources.hub_http as h; h.DEADLINE_S = 2; "
+                                   "from roofline.cli import main; raise SystemExit(main())",
+             "audit", "org/model"], capture_output=True, timeout=90, cwd=ROOT,
+            env={**os.environ, "HF_HUB_OFFLINE": "0", **_hub_env(server, tmp_path)})
+        elapsed = time.monotonic() - started
+    one_line_error(proc, "org/model", "still arriving after 2 s")
+    assert elapsed < 30, elapsed
+
+
 # ------------------------------------------------------------------ 2. values used without bounds
 
 def _capture(tmp_path: Path, **facts) -> Path:

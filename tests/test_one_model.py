@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from roofline.cli import cli
+from roofline.errors import RooflineError
 from roofline.predict.hardware import get_hardware
 from roofline.predict.step import StepConfig, price_step
 from roofline.predict.topology import Topology, tensor_parallel_placement
@@ -92,17 +93,29 @@ def test_every_command_reports_the_step_model(inventories, kind, hardware):
                     close(simulated["expected_tok_s"], row["single_stream_tok_s"], f"plan simulated table ({at})")
             close(top["single_stream_tok_s"], model[1, tp, True], f"plan 1-stream TP{tp} ({at})")
             close(top["aggregate_tok_s"], model[batch, tp, True], f"plan aggregate TP{tp} ({at})")
-        out = run("plan", path, "--hardware", hardware, "--context", str(CONTEXT), "--kv-cache-dtype", KV,
-                  "--concurrency", str(batch), *TWO_DEVICES[hardware], "--json")
-        tp2 = next(r for r in out["topologies"] if (r["tp"], r["pp"], r["dp"]) == (2, 1, 1) and not r["expert_parallel"])
-        if tp2["refused_reason"]:  # an 80B in BF16 does not fit two 80 GB GPUs: refused, not priced
-            assert tp2["refused_reason"].startswith("does not fit") and kind == "gdn_hybrid"
+        scale_args = ("plan", path, "--hardware", hardware, "--context", str(CONTEXT), "--kv-cache-dtype", KV,
+                      "--concurrency", str(batch), *TWO_DEVICES[hardware], "--json")
+        if kind == "gdn_hybrid" and hardware == "h100-sxm":
+            # an 80B in BF16 fits no split of two 80 GB GPUs: refused as a whole, with the reason
+            refused = CliRunner().invoke(cli, list(scale_args), standalone_mode=False)
+            assert isinstance(refused.exception, RooflineError) and "does not fit" in str(refused.exception)
             continue
+        out = run(*scale_args)
+        tp2 = next(r for r in out["topologies"] if (r["tp"], r["pp"], r["dp"]) == (2, 1, 1) and not r["expert_parallel"])
         close(tp2["single_stream_tok_s"], model[1, 2, True], f"plan {' '.join(TWO_DEVICES[hardware])} TP2 ({at})")
         close(tp2["aggregate_tok_s"], model[batch, 2, True], f"plan {' '.join(TWO_DEVICES[hardware])} aggregate ({at})")
-    capacity = run("capacity", path, "--hardware", hardware, "--kv-cache-dtype", KV, "--concurrency", "1,16",
-                   "--prompt-len", str(PROMPT), "--output-len", str(OUTPUT),
-                   "--kv-cache-memory-bytes", str(8 * 10**9), "--json")  # an 80B BF16 fits no GB10: the curve still holds
+    capacity_args = ("capacity", path, "--hardware", hardware, "--kv-cache-dtype", KV, "--concurrency", "1,16",
+                     "--prompt-len", str(PROMPT), "--output-len", str(OUTPUT), "--kv-cache-memory-bytes", str(8 * 10**9))
+    if inventory.weight_bytes + 8e9 > get_hardware(hardware).memory_gb * 1e9:
+        # an 80B in BF16 fits no GB10 and no H100: capacity refuses it, and its curve is the same function's
+        refused = CliRunner().invoke(cli, [*capacity_args], standalone_mode=False)
+        assert isinstance(refused.exception, RooflineError) and "does not fit" in str(refused.exception)
+        from roofline.advise.capacity import decode_curve
+
+        points, _, _ = decode_curve(inventory, get_hardware(hardware), (1, 16), CONTEXT, KV)
+        capacity = {"curve": [p.to_json() for p in points], "context": CONTEXT}
+    else:
+        capacity = run(*capacity_args, "--json")
     assert capacity["context"] == CONTEXT
     for point in capacity["curve"]:
         close(point["aggregate_tok_s"], model[point["concurrency"], 1, True],

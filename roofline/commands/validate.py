@@ -88,7 +88,9 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         cfg = config_from(url, kwargs)
         progress = None if as_json else (lambda message: echo(message, err=True))
         bench = run_bench(cfg, progress=progress).to_json()
-        measured_by = f"roofline bench {url}"
+        from roofline.untrusted import redact_url
+
+        measured_by = f"roofline bench {redact_url(url)}"
     elif bench_json:
         from roofline.live.bench import check_bench_file
 
