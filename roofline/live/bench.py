@@ -11,8 +11,10 @@ so prefill never dilutes the decode rate. Token counts come from the server's pe
 (`stream_options.continuous_usage_stats`, vLLM) where it sends it; otherwise each chunk that
 carries text counts as one token and the final `usage` block, when present, corrects the total.
 
-Standard library only (http.client + threads): the client must not perturb the measurement, and
-`roofline bench` must run in the smallest environment.
+http.client and threads (roofline.live.http: every request within --timeout in all, every body and
+stream line within a size cap): the client must not perturb the measurement, and `roofline bench`
+must run in the smallest environment. What the server sends is checked before it is counted: a token
+count beyond max_tokens, or one that is not a whole number, fails the run instead of inflating it.
 """
 from __future__ import annotations
 

@@ -17,11 +17,14 @@ import json
 import socket
 import time
 import urllib.parse
+from typing import Annotated
 
 import msgspec
+from msgspec import Meta
 
 from roofline.errors import RooflineError
-from roofline.schema import Name, Positive, checked
+from roofline.predict.traffic import CONTEXT_LIMIT
+from roofline.schema import Name, checked
 from roofline.untrusted import printable, redact_url
 
 JSON_LIMIT = 4 * 2**20  # /v1/models, /version: a few KB; anything near this is not an API answer
@@ -212,7 +215,7 @@ class ModelEntry(msgspec.Struct):
 
     id: Name
     root: Name | None = None
-    max_model_len: Positive | None = None
+    max_model_len: Annotated[int, Meta(ge=1, le=CONTEXT_LIMIT)] | None = None
 
 
 class ModelList(msgspec.Struct):

@@ -106,7 +106,8 @@ def _int(value) -> int | None:
         number = float(value)
     except (TypeError, ValueError):
         return None
-    return int(number) if math.isfinite(number) and number >= 0 else None
+    # a label beyond any real cache (2^40 blocks or tokens) is not vLLM's: unseen rather than believed
+    return int(number) if math.isfinite(number) and 0 <= number < 2**40 else None
 
 
 def read_cache_config(facts: ServerFacts) -> None:
