@@ -23,6 +23,7 @@ COMMANDS = {
     "doctor": ("roofline.commands.doctor", "Why a running vLLM server decodes below its roof, and what each fix gains."),
     "validate": ("roofline.commands.validate", "Set a measured decode tok/s beside the prediction."),
     "calibrate": ("roofline.commands.calibrate", "Measure this host's memory bandwidth (on a GPU also its launch costs)."),
+    "hardware": ("roofline.commands.hardware", "The hardware catalogue: devices, aliases, each figure's kind and source."),
 }
 
 
@@ -43,6 +44,17 @@ class LazyGroup(click.Group):
         command = module.command
         command.short_help = short_help
         return command
+
+    def resolve_command(self, ctx, args):
+        # a mistyped command gets the nearest one (click suggests options, not commands)
+        name = args[0] if args else None
+        if name is not None and name not in COMMANDS and not name.startswith("-"):
+            import difflib
+
+            near = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
+            ctx.fail(f"No such command {name!r}." + (f" Did you mean {near[0]!r}?" if near else
+                                                     f" Commands: {', '.join(COMMANDS)}."))
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx, formatter):
         # list without importing every command module
@@ -82,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     except click.UsageError as exc:
         # one line, like every other error: which option, what is wrong, where help is
         command = exc.ctx.command_path if exc.ctx is not None else "roofline"
+        if isinstance(exc, click.NoSuchOption):
+            _suggest_option(exc)
         click.echo(f"error: {printable(redact_url(exc.format_message()), 2000)} (see '{command} --help')", err=True)
         return exc.exit_code
     except click.ClickException as exc:
@@ -92,6 +106,24 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     return 0
+
+
+def _suggest_option(exc: click.NoSuchOption) -> None:
+    """An abbreviation (`--hw`, `--kv`) suggests the options it abbreviates, before click's
+    spelling-distance guesses (which offer --help for --hw)."""
+    if exc.ctx is None:
+        return
+    typed = exc.option_name.lstrip("-").replace("-", "")
+    names = [name for param in exc.ctx.command.params for name in getattr(param, "opts", ())
+             if name.startswith("--")]
+
+    def abbreviates(name: str) -> bool:  # the letters in order: hw -> hardware, kvd -> kv-cache-dtype
+        letters = iter(name.lstrip("-"))
+        return bool(typed) and name.lstrip("-")[0] == typed[0] and all(ch in letters for ch in typed)
+    near = [name for name in names if abbreviates(name)]
+    if near:
+        exc.possibilities = near[:3]
+        exc.message = f"No such option: {exc.option_name}."
 
 
 if __name__ == "__main__":

@@ -229,7 +229,6 @@ def test_cli_validate_model_writes_report(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--audit-json", "a.json"], "exactly one of --measured"),
     (["--audit-json", "a.json", "--measured", "3", "--url", "http://127.0.0.1:9/v1"], "exactly one of"),
-    (["--measured", "3"], "give MODEL"),
     (["m", "--audit-json", "a.json", "--measured", "3"], "not both"),
     (["--audit-json", "AUDIT", "--measured", "3", "--hardware", "h100"], "drop --hardware"),
     (["--audit-json", "missing.json", "--measured", "3"], "no such file"),
@@ -241,6 +240,12 @@ def test_cli_validate_errors(args, message, hybrid, tmp_path, capsys, monkeypatc
     assert main(["validate", *args, "--no-record"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_missing_model_is_a_usage_error(capsys):
+    assert main(["validate", "--measured", "3", "--no-record"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: give MODEL") and "(see 'roofline validate --help')" in err
 
 
 def test_cli_validate_against_a_server_uses_its_context(tmp_path, capsys):

@@ -29,7 +29,7 @@ def command(model, revision, config_only, no_cache, from_vllm, trust_remote_code
     from roofline.audit import load_inventory, run_audit
 
     if not model and not from_vllm:
-        raise RooflineError("give MODEL (a folder or org/name) or --from-vllm CAPTURE.json")
+        raise click.UsageError("give MODEL (a folder or org/name) or --from-vllm CAPTURE.json")
     scenario, hardware = scenario_from(kwargs)
     inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm,
                                trust_remote_code=trust_remote_code, use_cache=not no_cache)

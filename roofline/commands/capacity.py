@@ -31,7 +31,7 @@ DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
 @click.option("--max-num-batched-tokens", type=types.BATCHED_TOKENS, default=None,
               help="Tokens of the profiling run (default 8192); sizes the activation estimate.")
 @click.option("--block-size", type=types.BLOCK_TOKENS, default=None, help="KV block size in tokens (default: the platform's).")
-@click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True)
+@click.option("--kv-cache-dtype", type=types.KV_CACHE_DTYPE, default="auto", show_default=True)
 @click.option("--no-prefix-caching", is_flag=True, help="As vLLM's --no-enable-prefix-caching (hybrid: one state block per request).")
 @click.option("--concurrency", "concurrency_text", default=DEFAULT_CONCURRENCY, show_default=True,
               help="Concurrency levels of the decode curve.")
@@ -55,7 +55,7 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
     from roofline.render.capacity import render_capacity
 
     if not model and not from_vllm:
-        raise RooflineError("give MODEL (a folder or hub id) or --from-vllm CAPTURE")
+        raise click.UsageError("give MODEL (a folder or hub id) or --from-vllm CAPTURE")
     levels = types.parse_int_list(concurrency_text, "--concurrency", 1, 1 << 16)
     hardware = get_hardware(hardware_name, bandwidth)
     inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm,

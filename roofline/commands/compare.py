@@ -40,7 +40,7 @@ def command(models, base, limit, name_filter, sort, pool, revision, config_only,
     from roofline.audit import load_inventory, run_audit
 
     if bool(models) == bool(base):
-        raise RooflineError("give checkpoints to compare (two or more) or --variants BASE, not both")
+        raise click.UsageError("give checkpoints to compare (two or more) or --variants BASE, not both")
     if models and len(models) < 2:
         raise RooflineError("compare needs at least two checkpoints")
     scenario, hardware = scenario_from(kwargs)

@@ -35,7 +35,7 @@ def command(model, trace_path, num_layers, backend, launch_us, revision, config_
     from roofline.predict.kernels import estimate_kernels
 
     if not model and not trace_path and not from_vllm:
-        raise RooflineError("give MODEL (a folder or org/name), --from-vllm CAPTURE.json, or --trace TRACE")
+        raise click.UsageError("give MODEL (a folder or org/name), --from-vllm CAPTURE.json, or --trace TRACE")
     scenario, hardware = scenario_from(kwargs)
     inventory = None
     if model or from_vllm:

@@ -16,7 +16,7 @@ def scenario_options(func):
         click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s."),
         click.option("--batch", type=types.SEQUENCES, default=1, show_default=True, help="Sequences decoded together."),
         click.option("--context", type=types.CONTEXT_TOKENS, default=1024, show_default=True, help="Tokens in each sequence's KV cache."),
-        click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto",
+        click.option("--kv-cache-dtype", type=types.KV_CACHE_DTYPE, default="auto",
                      show_default=True, help="KV cache dtype (auto: the model dtype, as vLLM)."),
         click.option("--speculative", "speculative_tokens", type=types.DRAFT_TOKENS, default=0, show_default=True,
                      help="MTP draft tokens per step (0: off)."),

@@ -36,10 +36,11 @@ def _split(value: str, what: str) -> list[str]:
 @click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s.")
 @click.option("--concurrency", type=types.SEQUENCES, default=1, show_default=True, help="Concurrent sequences to serve.")
 @click.option("--context", type=types.CONTEXT_TOKENS, default=4096, show_default=True, help="Tokens per sequence (KV cache length).")
-@click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True,
+@click.option("--kv-cache-dtype", type=types.KV_CACHE_DTYPE, default="auto", show_default=True,
               help="KV cache dtype; auto lets the rules pick fp8 where it pays.")
 @click.option("--memory-budget", type=types.MEMORY_GB, default=None, help="GB of device memory vLLM may use (default: rules).")
-@click.option("--tp", type=types.TP_RANKS, default=1, show_default=True, help="Tensor-parallel ranks (2: e.g. two GB10 boxes).")
+@click.option("--tp", "-tp", "--tensor-parallel-size", "tp", type=types.TP_RANKS, default=1, show_default=True,
+              help="Tensor-parallel ranks (2: e.g. two GB10 boxes); -tp and --tensor-parallel-size as vLLM spells it.")
 @click.option("--link", default=None, help="Interconnect for --tp (hardware.toml [link.*]; default per hardware).")
 @click.option("--boxes", type=types.BOXES, default=None,
               help="Scale out over this many boxes of --hardware (e.g. 2 or 4 DGX Sparks): rank every TP x PP x DP "

@@ -3,6 +3,7 @@ a bad value is one line and exit code 2, never a wrong number further down."""
 from __future__ import annotations
 
 import math
+import re
 
 import click
 
@@ -50,6 +51,50 @@ def count(low: int, high: int) -> click.IntRange:
     return click.IntRange(low, high)
 
 
+class Tokens(click.IntRange):
+    """A token count as vLLM's arguments take one (vllm.utils.argparse_utils.human_readable_int):
+    plain digits, or a number with a suffix, lower case decimal (32k = 32,000; 1.5m) and upper case
+    binary (32K = 32,768; decimals not allowed), then bounded like any count."""
+
+    name = "tokens"
+    _SUFFIX = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+    _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+    _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            text = value.strip()
+            found = self._SUFFIX.fullmatch(text)
+            if found:
+                number, suffix = found.groups()
+                if suffix in self._BINARY and "." in number:
+                    self.fail(f"{text!r}: no decimals with a binary suffix ({number}{suffix.lower()} is decimal)",
+                              param, ctx)
+                value = (int(float(number) * self._DECIMAL[suffix]) if suffix in self._DECIMAL
+                         else int(number) * self._BINARY[suffix])
+        return super().convert(value, param, ctx)
+
+
+class KvCacheDtype(click.ParamType):
+    """--kv-cache-dtype as vLLM spells it (auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, ...), read as the
+    tool's one name for it (predict/traffic.py KV_SPELLINGS)."""
+
+    name = "kv-cache-dtype"
+
+    def convert(self, value, param, ctx):
+        from roofline.predict.traffic import KV_SPELLINGS
+
+        if value in KV_SPELLINGS.values():
+            return value
+        resolved = KV_SPELLINGS.get(str(value).strip().lower())
+        if resolved is None:
+            self.fail(f"{value!r}: use one of {', '.join(KV_SPELLINGS)}", param, ctx)
+        return resolved
+
+    def get_metavar(self, param, ctx=None):
+        return "[auto|bf16|fp16|fp8|fp8_e4m3|fp8_e5m2]"
+
+
 def parse_int_list(text: str | None, option: str, low: int, high: int) -> tuple[int, ...]:
     """"1,2,4,8" -> (1, 2, 4, 8), strictly: integers only, each in [low, high], no duplicates."""
     if text is None:
@@ -72,7 +117,7 @@ def parse_int_list(text: str | None, option: str, low: int, high: int) -> tuple[
 
 # The ranges, in one place. Each bound is far beyond any real use, so that only nonsense is refused.
 BANDWIDTH_GBPS = positive(100_000)  # the fastest HBM parts are ~10-20 TB/s
-CONTEXT_TOKENS = count(1, 1 << 24)  # 16M tokens (predict/traffic.py CONTEXT_LIMIT, for values from files)
+CONTEXT_TOKENS = Tokens(1, 1 << 24)  # 16M tokens (predict/traffic.py CONTEXT_LIMIT, for values from files)
 SEQUENCES = count(1, 1 << 16)  # batch / concurrency (traffic.BATCH_LIMIT)
 DRAFT_TOKENS = count(0, 64)  # (traffic.DRAFT_TOKENS_LIMIT)
 ACCEPTANCE = fraction()
@@ -84,7 +129,7 @@ ROWS = count(1, 100_000)
 LAYERS = count(1, 100_000)
 LAUNCH_US = positive(1_000_000)
 SECONDS = positive(7 * 24 * 3600)
-DECODE_TOKENS = count(2, 1 << 24)  # decode speed needs two token arrivals
+DECODE_TOKENS = Tokens(2, 1 << 24)  # decode speed needs two token arrivals
 RUNS = count(1, 100_000)
 WARMUP = count(0, 100_000)
 BUFFER_MIB = positive(1 << 20)
@@ -93,5 +138,6 @@ EFFICIENCY = fraction(low_open=True)
 TOK_S = positive(1e9)
 MEMORY_BYTES = count(1, 1 << 50)  # 1 PiB
 BLOCK_TOKENS = count(1, 1 << 16)
-PROMPT_TOKENS = count(1, 1 << 24)
-BATCHED_TOKENS = count(1, 1 << 24)
+PROMPT_TOKENS = Tokens(1, 1 << 24)
+BATCHED_TOKENS = Tokens(1, 1 << 24)
+KV_CACHE_DTYPE = KvCacheDtype()

@@ -73,7 +73,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
     if len(sources) != 1:
         raise RooflineError("give exactly one of --measured TOKS, --url URL or --bench-json FILE")
     if not model and not audit_json:
-        raise RooflineError("give MODEL (a folder or org/name) or --audit-json FILE")
+        raise click.UsageError("give MODEL (a folder or org/name) or --audit-json FILE")
     if model and audit_json:
         raise RooflineError("give MODEL or --audit-json, not both")
     explicit = {name for name in SCENARIO_PARAMS if ctx.get_parameter_source(name) != ParameterSource.DEFAULT}

@@ -14,6 +14,7 @@ from roofline.errors import RooflineError
 from roofline.schema import checked
 
 DEFAULT_HARDWARE = "gb10"
+SHIPPED = "roofline/data/hardware.toml"
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Hardware:
     bandwidth_kind: str = "datasheet"  # datasheet | measured (calibrate) | user (--bandwidth)
     memory_source: str = ""
     tensor_source: str = ""
+    origin: str = SHIPPED  # the file the entry comes from: the shipped table or the user's (calibrate --save)
 
     def supports(self, compute: str) -> bool:
         return compute in self.tensor_tflops
@@ -112,11 +114,11 @@ def read_user_entries(path: str) -> dict:
         raise RooflineError(f"{path}: cannot read the user hardware file: {exc}") from None
 
 
-def _user_entries() -> dict[str, HardwareEntry]:
+def _user_entries() -> tuple[str, dict[str, HardwareEntry]]:
     path = user_hardware_file()
     if not os.path.isfile(path):
-        return {}
-    return check_entries(read_user_entries(path), path)
+        return path, {}
+    return path, check_entries(read_user_entries(path), path)
 
 
 def catalogue() -> dict[str, Hardware]:
@@ -127,10 +129,11 @@ def catalogue() -> dict[str, Hardware]:
         entry = dict(entry)
         entry["aliases"] = tuple(entry.get("aliases", ()))
         out[key] = Hardware(key=key, **entry)
-    for key, entry in _user_entries().items():
+    path, user = _user_entries()
+    for key, entry in user.items():
         fields = msgspec.structs.asdict(entry)
         fields["aliases"] = tuple(fields["aliases"])
-        out[key] = Hardware(key=key, **fields)
+        out[key] = Hardware(key=key, origin=path, **fields)
     return out
 
 

@@ -1,0 +1,113 @@
+"""The CLI's conventions: the hardware catalogue as a command, click-style suggestions, usage errors
+(exit 2) for a missing MODEL on every command that needs one."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+ROOT = Path(__file__).parent.parent
+
+
+def roofline(*args, env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "roofline.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+def test_hardware_lists_every_device_with_the_kind_of_each_figure(tmp_path):
+    hw_file = tmp_path / "hardware.toml"
+    hw_file.write_text(tomli_w.dumps({"mybox": {
+        "name": "my box (calibrated)", "bandwidth_gbps": 101.5, "bandwidth_source": "roofline calibrate (test)",
+        "bandwidth_kind": "measured", "memory_gb": 64.0, "usable_memory_gb": 60.0, "compute_capability": "",
+        "tensor_tflops": {}, "host": "cpu", "efficiency": 0.7, "efficiency_kind": "prior",
+        "efficiency_source": "prior (--efficiency)"}}))
+    env = {"ROOFLINE_HARDWARE_FILE": str(hw_file)}
+    proc = roofline("hardware", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)
+    assert payload["schema"] == "roofline.hardware/1"
+    by_key = {entry["key"]: entry for entry in payload["hardware"]}
+    # the shipped table, the new Hopper parts among them, and the saved entry beside them
+    assert {"gb10", "h100-sxm", "h100-pcie", "h100-nvl", "gh200", "h200", "mybox"} <= set(by_key)
+    assert "spark" in by_key["gb10"]["aliases"] and "dgx-spark" in by_key["gb10"]["aliases"]
+    assert by_key["gb10"]["efficiency"]["kind"] == "calibrated"
+    assert by_key["h100-pcie"]["bandwidth"] == {"gbps": 2000, "kind": "datasheet",
+                                                "source": by_key["h100-pcie"]["bandwidth"]["source"]}
+    assert "datasheet" in by_key["gh200"]["bandwidth"]["source"] and by_key["gh200"]["host"] == "grace_arm"
+    assert by_key["mybox"]["origin"] == str(hw_file) and by_key["mybox"]["bandwidth"]["kind"] == "measured"
+    assert by_key["mybox"]["tensor_tflops"]["kind"] == "none"
+    assert by_key["h200"]["launch"]["floor_kind"] == "measured"
+    assert any(link["key"] == "cx7-200g" for link in payload["links"])
+
+    text = roofline("hardware", env=env)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert any(line.startswith("gh200 ") for line in lines)
+    saved = lines.index(next(line for line in lines if line.startswith("saved by `roofline calibrate --save`")))
+    assert any(line.startswith("mybox ") for line in lines[saved:])
+    one = roofline("hardware", "spark")
+    assert one.returncode == 0 and one.stdout.startswith("gb10: NVIDIA DGX Spark (GB10)")
+    assert "efficiency      0.799, calibrated" in one.stdout
+
+
+def test_every_hardware_entry_is_one_audit_away():
+    for key in ("h100-pcie", "h100-nvl", "gh200"):
+        proc = roofline("audit", "examples/Qwen3-8B", "--hardware", key, "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["hardware"]["key"] == key
+
+
+def test_an_unknown_hardware_key_is_one_line():
+    proc = roofline("hardware", "nope")
+    assert proc.returncode == 1 and proc.stderr.startswith("error: unknown hardware 'nope'")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["audti"], "Did you mean 'audit'?"),
+    (["capcity"], "Did you mean 'capacity'?"),
+    (["zzz"], "Commands: audit, plan"),
+    (["audit", "examples/Qwen3-8B", "--hw", "gb10"], "No such option: --hw. Did you mean '--hardware'?"),
+])
+def test_mistyped_commands_and_options_get_a_suggestion(args, needle):
+    proc = roofline(*args)
+    assert proc.returncode == 2 and needle in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+@pytest.mark.parametrize("command", ["audit", "capacity", "kernels", "compare", "plan"])
+def test_a_missing_model_is_a_usage_error(command):
+    proc = roofline(command)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stderr.startswith("error: ") and f"roofline {command} --help" in proc.stderr
+
+
+@pytest.mark.parametrize("spelling, tokens", [("8192", 8192), ("8k", 8000), ("8K", 8192), ("1.5k", 1500),
+                                              ("1M", 1 << 20)])
+def test_token_counts_take_vllms_spellings(spelling, tokens):
+    proc = roofline("audit", "examples/Qwen3-8B", "--context", spelling, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["scenario"]["context"] == tokens
+
+
+def test_a_binary_suffix_takes_no_decimals():
+    proc = roofline("audit", "examples/Qwen3-8B", "--context", "1.5K")
+    assert proc.returncode == 2 and "no decimals with a binary suffix" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("spelling, meant", [("fp8_e4m3", "fp8_e4m3"), ("FP8", "fp8"), ("bfloat16", "bf16"),
+                                             ("auto", "auto")])
+def test_kv_cache_dtype_takes_vllms_spellings(spelling, meant):
+    proc = roofline("audit", "examples/Qwen3-8B", "--kv-cache-dtype", spelling, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["scenario"]["kv_cache_dtype"] == meant
+
+
+def test_tp_takes_vllms_spellings():
+    outputs = [json.loads(roofline("plan", "examples/Qwen3-8B", flag, "2", "--hardware", "h100", "--formats", "fp8",
+                                   "--json").stdout)["top_pick"] for flag in ("--tp", "-tp", "--tensor-parallel-size")]
+    assert outputs[0] == outputs[1] == outputs[2]
