@@ -34,6 +34,11 @@ REFERENCE_CONFIGS = REPO / "tests" / "reference_configs"
 # the tests in this directory import these
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# the validation record defaults to the user data folder: a test run (and every command it starts)
+# keeps its own, never the user's
+os.environ.setdefault("ROOFLINE_RECORD", os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                      f"roofline-test-record-{os.getpid()}.jsonl"))
+
 
 def _fixture_names() -> list[str]:
     # make_checkpoints.py imports only the standard library at module level, so the list of

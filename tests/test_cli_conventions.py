@@ -111,3 +111,20 @@ def test_tp_takes_vllms_spellings():
     outputs = [json.loads(roofline("plan", "examples/Qwen3-8B", flag, "2", "--hardware", "h100", "--formats", "fp8",
                                    "--json").stdout)["top_pick"] for flag in ("--tp", "-tp", "--tensor-parallel-size")]
     assert outputs[0] == outputs[1] == outputs[2]
+
+
+def test_the_validation_record_lives_in_the_user_data_folder(tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "ROOFLINE_RECORD"}
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")
+    work = tmp_path / "project"
+    work.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "roofline.cli", "validate", str(ROOT / "examples" / "Qwen3-8B"),
+                           "--measured", "30", "--json"], capture_output=True, text=True, timeout=120, cwd=work, env=env)
+    assert proc.returncode == 0, proc.stderr
+    record = tmp_path / "data" / "roofline" / "validation.jsonl"
+    assert json.loads(proc.stdout)["recorded_in"] == str(record) and record.is_file()
+    assert not list(work.iterdir())  # nothing left where the user stood
+    help_text = roofline("validate", "--help").stdout
+    assert "user data folder" in help_text and "--record" in help_text

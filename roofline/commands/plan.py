@@ -51,8 +51,8 @@ def _split(value: str, what: str) -> list[str]:
               help="Link between boxes for --boxes (hardware.toml [link.*] of scope network; default per hardware).")
 @click.option("--top", type=types.ROWS, default=12, show_default=True, help="Rows of the ranked table.")
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None,
-              help="Validation record whose measurements break near-ties (default: ./roofline-validation.jsonl "
-                   "when it exists).")
+              help="Validation record whose measurements break near-ties (default: `roofline validate`'s "
+                   "record in the user data folder, or $ROOFLINE_RECORD, when it exists).")
 @click.option("--json", "as_json", is_flag=True, help="Print the simulation and the ranked rows as JSON.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Add the format comparison to this HTML report (written by `audit --html`), or write one.")
@@ -126,9 +126,9 @@ def _record_rows(path: str | None) -> list[dict]:
     """The user's measurements (roofline validate), evidence for ties; unreadable lines skipped."""
     import os
 
-    from roofline.live.records import DEFAULT_RECORD, read_records
+    from roofline.live.records import default_record, read_records
 
-    path = path or (DEFAULT_RECORD if os.path.isfile(DEFAULT_RECORD) else None)
+    path = path or (default_record() if os.path.isfile(default_record()) else None)
     if not path:
         return []
     records = read_records(path)

@@ -48,7 +48,8 @@ def _load_json(path: str, what: str) -> dict:
 @no_cache_option
 @scenario_options
 @click.option("--record", "record_path", default=None, type=click.Path(dir_okay=False),
-              help="Validation record to append to (JSON lines).  [default: ./roofline-validation.jsonl]")
+              help="Validation record to append to (JSON lines). [default: $ROOFLINE_RECORD, else validation.jsonl "
+                   "in the user data folder, e.g. ~/.local/share/roofline]")
 @click.option("--no-record", is_flag=True, help="Do not append to the validation record.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Write an HTML report of the audit with this model's validation rows.")
@@ -60,7 +61,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
     The measurement comes from --measured, a live server (--url: runs `roofline bench`), or a
     saved bench result (--bench-json). Without --context, a bench's mean context is used."""
     from roofline.live.records import (
-        DEFAULT_RECORD,
+        default_record,
         append_record,
         read_records,
         record_row,
@@ -128,7 +129,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
     row = record_row(result, measured_by=measured_by, bench=bench, audit=audit)
     recorded = None
     if not no_record:
-        recorded = append_record(record_path or DEFAULT_RECORD, row)
+        recorded = append_record(record_path or default_record(), row, create_folder=record_path is None)
     if html_path:
         from roofline.reports import update_report
 

@@ -18,7 +18,19 @@ from roofline.errors import RooflineError
 from roofline.files import json_bytes
 
 SCHEMA = "roofline.validation/1"
-DEFAULT_RECORD = "roofline-validation.jsonl"
+RECORD_NAME = "validation.jsonl"
+
+
+def default_record() -> str:
+    """Where the record accumulates unless --record moves it: $ROOFLINE_RECORD, else the user data
+    folder as platformdirs names it ($XDG_DATA_HOME/roofline or ~/.local/share/roofline on Linux,
+    ~/Library/Application Support/roofline on macOS), never the folder the user happens to be in."""
+    explicit = os.environ.get("ROOFLINE_RECORD")
+    if explicit:
+        return explicit
+    import platformdirs
+
+    return os.path.join(platformdirs.user_data_dir("roofline", appauthor=False), RECORD_NAME)
 
 
 def record_row(validation, *, measured_by: str, bench: dict | None = None, audit: dict | None = None) -> dict:
@@ -76,12 +88,18 @@ def main_weight_format(audit: dict) -> str | None:
     return top.get("format") if top else None
 
 
-def append_record(path: str, row: dict) -> str:
+def append_record(path: str, row: dict, create_folder: bool = False) -> str:
     """Append one row as one line. A crash or a full disk can leave a torn last line; the next
     append must not continue it (that would make the new row unreadable too), so a file that does
     not end in a newline gets one first. The line goes out in one write() under an exclusive
     lock, so concurrent appenders never interleave."""
     directory = os.path.dirname(os.path.abspath(path))
+    if create_folder:  # the default record's folder is ours to make; a --record folder is the user's
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise RooflineError(f"{directory}: cannot create the validation record's folder: "
+                                f"{exc.strerror or exc}") from None
     if not os.path.isdir(directory):
         raise RooflineError(f"--record {path}: folder {directory} does not exist")
     line = json_bytes(row, f"--record {path}") + b"\n"  # NaN / Infinity are refused, never written
