@@ -161,7 +161,8 @@ def test_one_box_of_gpus_needs_no_ray():
     assert proc.returncode == 0, proc.stderr
     payload = json.loads(proc.stdout)
     best = next(r for r in payload["topologies"] if r["tp"] == 2)
-    assert best["commands"] == [f"vllm serve {payload['model']} --tensor-parallel-size=2"]
+    # the model as the user gave it, the workload's flags as a single-box plan prints them, then the split
+    assert best["commands"] == [f"vllm serve {DENSE} --max-model-len=4096 --tensor-parallel-size=2"]
     assert best["links"] == {"tp": "nvlink4"}
 
 

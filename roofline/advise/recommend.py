@@ -30,7 +30,7 @@ from roofline.predict.step import StepConfig, StepTime, price_step
 from roofline.predict.topology import SINGLE, Topology, kv_split, sharing_ranks, tensor_parallel_placement, tp_refusal
 from roofline.predict.traffic import Scenario, Traffic, compute_traffic
 
-from .serve import parallel_flags, ray_setup
+from .serve import parallel_flags, ray_setup, workload_flags
 from .simulate import get_recipe, producer, simulate, simulate_all
 from .ties import Evidence, break_ties, tolerance
 
@@ -288,11 +288,8 @@ def _evaluate(base: Inventory, sim: Inventory, traffic1: Traffic, hardware: Hard
         bytes_per_token=traffic1.bytes_per_token, ceiling_tok_s=single.ceiling_tok_s,
         resident_gb=resident, kv_cache_gb=cache / 1e9, budget_gb=budget, fits=fits, kv_cache_dtype=kv,
         checkpoint=checkpoint, quantize_with=quantize_with)
-    flags = [f"--max-model-len={context}"]
-    if n > 1:
-        flags.append(f"--max-num-seqs={n}")
-    if kv == "fp8":
-        flags.append("--kv-cache-dtype=fp8")
+    flags = workload_flags(context, n, kv)
+    if kv.startswith("fp8"):
         rec.reasons.append(cfg["kv_cache"]["reason"].format(share=100 * _kv_share(sim, context), context=context))
     if backend.linear_backend:
         flags.append(f"--linear-backend={backend.linear_backend}")
@@ -427,10 +424,12 @@ class Plan:
 def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], recipes: list[str],
                concurrency: int = 1, context: int = 4096, kv_cache_dtype: str = "auto",
                memory_budget_gb: float | None = None, tp: int = 1, link: str | None = None,
-               record_rows: list[dict] | None = None, base_of: Inventory | None = None) -> Plan:
+               record_rows: list[dict] | None = None, base_of: Inventory | None = None,
+               served_as: str | None = None) -> Plan:
     """The plan for `inventory` (an unquantized base). `base_of`: the quantized checkpoint the base
     was derived from, when the user gave one; `record_rows`: the user's validation record, evidence
-    for breaking ties."""
+    for breaking ties; `served_as`: the model as the user named it (a path or hub id), which the
+    serve lines of rows that serve it as it is name instead of the inventory's id."""
     for fmt in formats:
         get_format(fmt)
     for name in recipes:
@@ -443,6 +442,14 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
     recommendations, notes = recommend(inventory, hardware, workload, formats, recipes,
                                        simulated={(s.format, s.recipe): s.inventory for s in simulated},
                                        evidence=evidence)
+    for rec in recommendations:
+        if rec.checkpoint != inventory.model_id:
+            continue
+        if base_of is None:  # the checkpoint given, served as the user named it
+            rec.checkpoint = served_as or rec.checkpoint
+        else:  # the unquantized base of a quantized checkpoint: a folder the user fetches, never a bare name
+            rec.checkpoint = f"./{inventory.model_id}"
+            rec.quantize_with = f"the unquantized base of {served_as or base_of.model_id} (its model card's base_model)"
     if base_of is not None:
         q = base_of.quant
         notes.insert(0, f"{base_of.model_id} is quantized ({q.method}{' ' + q.algo if q.algo else ''}): the formats are "

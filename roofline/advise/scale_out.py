@@ -3,6 +3,7 @@ refused ones with vLLM's reason, the rest ranked by the step model's tok/s (roof
 each with the commands that start it (Ray for more than one box)."""
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
@@ -14,7 +15,7 @@ from roofline.predict.links import Link, box_devices, in_box_link, named_link, n
 from roofline.predict.step import StepConfig, StepTime, price_step
 from roofline.predict.topology import Placement, Topology, place, refusal, topologies
 
-from .serve import parallel_flags, ray_setup
+from .serve import parallel_flags, ray_setup, workload_flags
 
 SCHEMA = "roofline.scaleout/1"
 
@@ -95,16 +96,17 @@ class ScaleOutPlan:
         }
 
 
-def commands(model_id: str, topology: Topology, boxes: int, network: Link | None) -> list[str]:
+def commands(model: str, topology: Topology, boxes: int, network: Link | None, workload: list[str]) -> list[str]:
     """The commands that start this topology: Ray on each box when there is more than one, then
-    the vllm serve line (on the head box)."""
-    serve = f"vllm serve {model_id} " + " ".join(parallel_flags(topology, boxes))
+    the vllm serve line (on the head box): the model as the user named it, the workload's flags as
+    the single-box plan prints them, then the split's."""
+    serve = " ".join(["vllm", "serve", shlex.quote(model), *workload, *parallel_flags(topology, boxes)])
     return ray_setup(boxes, network) + [serve + ("   # box 1" if boxes > 1 else "")]
 
 
 def evaluate(inventory: Inventory, hardware: Hardware, topology: Topology, devices_per_box: int,
              in_box: Link | None, network: Link | None, concurrency: int, context: int,
-             kv_cache_dtype: str, kernels: KernelProfile | None) -> TopologyResult:
+             kv_cache_dtype: str, kernels: KernelProfile | None, served_as: str | None = None) -> TopologyResult:
     boxes = -(-topology.devices // devices_per_box)
     reason = refusal(inventory.config or {}, topology)
     if reason is None and boxes > 1 and network is not None and boxes > network.max_ranks:
@@ -131,14 +133,17 @@ def evaluate(inventory: Inventory, hardware: Hardware, topology: Topology, devic
     result.pipeline_bubble = single.pipeline_bubble
     result.aggregate_tok_s = single.tok_s if concurrency == 1 else \
         price_step(inventory, hardware, replace(config, batch=concurrency)).tok_s
-    result.commands = commands(inventory.model_id, topology, boxes, network if boxes > 1 else None)
+    result.commands = commands(served_as or inventory.model_id, topology, boxes, network if boxes > 1 else None,
+                               workload_flags(context, concurrency, kv_cache_dtype))
     return result
 
 
 def scale_out(inventory: Inventory, hardware: Hardware, *, boxes: int = 1, devices_per_box: int = 1,
               concurrency: int = 1, context: int = 4096, kv_cache_dtype: str = "auto",
               in_box_link_name: str | None = None, network: str | None = None,
-              kernels: KernelProfile | None = None) -> ScaleOutPlan:
+              kernels: KernelProfile | None = None, served_as: str | None = None) -> ScaleOutPlan:
+    """Every split of boxes x devices_per_box ranked (refusals after). `served_as`: the model as the
+    user named it (a path or hub id), for the serve lines; the inventory's id otherwise."""
     if boxes < 1 or devices_per_box < 1:
         raise RooflineError("--boxes and --gpus must be at least 1")
     per_box = box_devices(hardware)
@@ -160,7 +165,7 @@ def scale_out(inventory: Inventory, hardware: Hardware, *, boxes: int = 1, devic
     net = network_link(hardware, boxes, network) if boxes > 1 else None
     moe = bool(inventory.shape.num_experts)
     results = [evaluate(inventory, hardware, topology, devices_per_box, in_box, net, concurrency, context,
-                        kv_cache_dtype, kernels) for topology in topologies(devices, moe)]
+                        kv_cache_dtype, kernels, served_as) for topology in topologies(devices, moe)]
     key = (lambda r: r.single_stream_tok_s) if concurrency == 1 else (lambda r: r.aggregate_tok_s)
     ranked = sorted((r for r in results if r.refused_reason is None), key=key, reverse=True)
     refused = [r for r in results if r.refused_reason is not None]

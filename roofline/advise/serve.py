@@ -8,6 +8,17 @@ from roofline.predict.topology import Topology
 RAY_PORT = 6379
 
 
+def workload_flags(context: int, concurrency: int, kv_cache_dtype: str) -> list[str]:
+    """vLLM's flags for the workload a plan was made for: the context it was priced at, the
+    sequences it runs at once, and an FP8 KV cache as vLLM spells it (bf16 / auto: vLLM's default)."""
+    flags = [f"--max-model-len={context}"]
+    if concurrency > 1:
+        flags.append(f"--max-num-seqs={concurrency}")
+    if kv_cache_dtype.startswith("fp8"):
+        flags.append(f"--kv-cache-dtype={kv_cache_dtype}")
+    return flags
+
+
 def parallel_flags(topology: Topology, boxes: int) -> list[str]:
     """vLLM's flags for this split (none for one device); Ray as the executor across boxes."""
     flags = []

@@ -72,6 +72,13 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
             raise RooflineError("--tp and --boxes / --gpus do not go together: the scale-out ranks every TP size itself")
         if html_path:
             raise RooflineError("--html is not written for a scale-out plan yet; use --json")
+        ctx = click.get_current_context()
+        simulated = [f"--{name}" for name in ("formats", "recipe")
+                     if ctx.get_parameter_source("recipes" if name == "recipe" else name)
+                     != click.core.ParameterSource.DEFAULT]
+        if simulated:
+            raise RooflineError(f"{' and '.join(simulated)}: --boxes / --gpus plan the checkpoint as it is (its own "
+                                "format); simulate formats on one box first (plan without --boxes / --gpus)")
     elif network:
         raise RooflineError("--network applies to --boxes")
     hardware = get_hardware(hardware_name, bandwidth)
@@ -79,7 +86,7 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
                            trust_remote_code=trust_remote_code, use_cache=not no_cache)
     if boxes is not None or gpus is not None:
         _scale_out(given, hardware, boxes or 1, gpus or 1, concurrency, context, kv_cache_dtype, link, network,
-                   top, as_json)
+                   top, as_json, served_as=model)
         return
     inventory, base_of = given, None
     if is_quantized(given) and given.config:
@@ -88,7 +95,7 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
     plan = build_plan(inventory, hardware, formats=_split(formats, "formats"), recipes=_split(recipes, "recipe"),
                       concurrency=concurrency, context=context, kv_cache_dtype=kv_cache_dtype,
                       memory_budget_gb=memory_budget, tp=tp, link=link,
-                      record_rows=_record_rows(record_path), base_of=base_of)
+                      record_rows=_record_rows(record_path), base_of=base_of, served_as=model)
     payload = plan.to_json() if (as_json or html_path) else None
     if html_path:
         from roofline.audit import run_audit
@@ -108,12 +115,13 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
 
 
 def _scale_out(inventory, hardware, boxes, gpus, concurrency, context, kv_cache_dtype, link, network, top,
-               as_json) -> None:
+               as_json, served_as: str) -> None:
     """plan --boxes / --gpus: the model as given (its own format) split over boxes x gpus devices."""
     from roofline.advise.scale_out import scale_out
 
     result = scale_out(inventory, hardware, boxes=boxes, devices_per_box=gpus, concurrency=concurrency,
-                       context=context, kv_cache_dtype=kv_cache_dtype, in_box_link_name=link, network=network)
+                       context=context, kv_cache_dtype=kv_cache_dtype, in_box_link_name=link, network=network,
+                       served_as=served_as)
     if as_json:
         print_json(result.to_json())
         return
