@@ -53,6 +53,11 @@ SUPPORTED_VERSIONS = (1,)
 # vLLM's fused-MoE parameter prefixes; stripped for format detection so that
 # w13_weight_scale reads as weight_scale (detect.py knows checkpoint suffixes)
 _MOE_PREFIXES = ("w13_", "w2_", "w1_", "w3_")
+# (format the tensors suggest, format the quantization config states) where the config is right:
+# vLLM's CompressedTensorsW4A4Nvfp4MoEMethod registers w13/w2_input_global_scale on a fused MoE layer
+# even when the scheme is weight-only (use_a16), so a W4A16 checkpoint's experts carry the tensor
+# that marks W4A4 on disk
+ACTIVATIONS_FROM_CONFIG = {("nvfp4-w4a4", "nvfp4-w4a16")}
 
 # ---------------------------------------------------------------------------------------------
 # The file format, checked with msgspec before anything reads it (hooks/walk.py writes it). Fields a
@@ -322,6 +327,7 @@ def inventory_from_capture_data(capture: dict, where: str = "capture") -> Invent
         for alias, target in (record.get("aliases") or {}).items():
             aliases.setdefault(alias, target)
 
+    quant, _ = parse_quant_config(config)
     modules: list[Module] = []
     owner_of: dict[str, str] = {}  # tensor name -> module that owns its bytes
     shared: dict[str, str] = {}  # module -> module whose tensor it shares (tied lm_head)
@@ -353,6 +359,12 @@ def inventory_from_capture_data(capture: dict, where: str = "capture") -> Invent
         role, layer = classify(name, shape.num_layers)
         detected = detect_format([Tensor(_detect_name(t.name), t.dtype, t.shape, t.nbytes) for t in tensors])
         notes = []
+        fmt = detected.format
+        configured = quant.expected(name, role) if quant is not None else None
+        if configured is not None and (fmt, configured.format) in ACTIVATIONS_FROM_CONFIG:
+            fmt = configured.format
+            notes.append(f"activations as the quantization config states them ({configured.format}): vLLM "
+                         f"registers an input scale for this layer either way")
         if info.get("scheme"):
             notes.append(f"scheme {info['scheme']}")
         if extra_bytes:
@@ -369,7 +381,7 @@ def inventory_from_capture_data(capture: dict, where: str = "capture") -> Invent
         if not experts and role == "moe_experts":
             experts = max((t.shape[0] for t in tensors if len(t.shape) == 3), default=0)
         modules.append(Module(
-            name=name, layer=layer, role=role, format=detected.format,
+            name=name, layer=layer, role=role, format=fmt,
             quant_method=info.get("quant_method") or "none", params=detected.params,
             tensors=tensors, experts=experts, kernel=_kernel_label(info.get("kernels")),
             notes=notes))
@@ -396,7 +408,6 @@ def inventory_from_capture_data(capture: dict, where: str = "capture") -> Invent
         module.format, module.params = source.format, source.params
         module.notes.append(f"tied to {target}: shares its tensor")
 
-    quant, notes = parse_quant_config(config)
     inventory = Inventory(
         model_id=str(lead.get("model") or "vllm-capture"), source="vllm", config=config,
         shape=shape, modules=modules, disagreements=[])
