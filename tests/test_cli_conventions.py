@@ -128,3 +128,19 @@ def test_the_validation_record_lives_in_the_user_data_folder(tmp_path):
     assert not list(work.iterdir())  # nothing left where the user stood
     help_text = roofline("validate", "--help").stdout
     assert "user data folder" in help_text and "--record" in help_text
+
+
+def test_a_hub_id_without_a_network_fails_in_about_a_second(tmp_path):
+    import socket
+    import time
+
+    with socket.socket() as sock:  # a port nothing listens on: connections are refused at once
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"}
+    for args in (["audit", "org/model"], ["compare", "--variants", "org/base"]):
+        started = time.monotonic()
+        proc = roofline(*args, env=env)
+        elapsed = time.monotonic() - started
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+        assert "cannot be reached" in proc.stderr and elapsed < 8, (elapsed, proc.stderr)

@@ -16,7 +16,7 @@ from roofline.errors import RooflineError
 from roofline.model.assemble import inventory_from_tensors
 from roofline.model.inventory import Inventory, Tensor
 
-from .hub_http import HubError, HubOverrun, bound_hub, request_bounds
+from .hub_http import HubError, HubOverrun, bound_hub, go_offline_if_unreachable, request_bounds
 from .local import INDEX, gc_paused, load_local, merge_shards, read_json, shard_names
 from .safetensors_header import header_length, parse_header
 
@@ -41,7 +41,8 @@ def _hub_error(exc: Exception, repo_id: str, what: str) -> HubError:
         return exc
     if isinstance(exc, (errors.OfflineModeIsEnabled, errors.LocalEntryNotFoundError)):
         return HubError(f"{repo_id}: {what} is not in the Hugging Face cache and the hub cannot be reached "
-                             f"(offline or unreachable)")
+                        f"(offline or unreachable): run once with the network to fill the cache, or give a local "
+                        f"folder (a config.json alone is enough with --config-only)")
     if isinstance(exc, errors.GatedRepoError):
         return HubError(f"{repo_id}: gated repository; accept its terms and set HF_TOKEN")
     if isinstance(exc, errors.RepositoryNotFoundError):
@@ -61,6 +62,7 @@ def download(repo_id: str, filename: str, revision: str | None, optional: bool =
     from huggingface_hub import errors, hf_hub_download
 
     bound_hub()
+    go_offline_if_unreachable()  # a second, not ~20 s of retries, to find there is no network
     try:
         return hf_hub_download(repo_id, filename, revision=revision)
     except errors.EntryNotFoundError as exc:

@@ -88,6 +88,46 @@ def _where(url) -> str:
 
 _installed = False
 _lock = threading.Lock()
+_reachable: bool | None = None
+PROBE_TIMEOUT_S = 1.5
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def hub_reachable() -> bool:
+    """Whether the hub's host takes a TCP connection within PROBE_TIMEOUT_S (asked once per process).
+    huggingface_hub retries an unreachable hub for ~20 s before it falls back to its cache; one
+    quick connection says the same in a second. Behind a proxy the hub is not reached directly:
+    then the probe is skipped (True)."""
+    global _reachable
+    if _reachable is None:
+        import os
+        import socket
+        import urllib.parse
+
+        from huggingface_hub import constants
+
+        parts = urllib.parse.urlsplit(constants.ENDPOINT)
+        if any(os.environ.get(v) for v in PROXY_VARIABLES) or not parts.hostname:
+            _reachable = True
+        else:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            try:
+                socket.create_connection((parts.hostname, port), timeout=PROBE_TIMEOUT_S).close()
+                _reachable = True
+            except OSError:
+                _reachable = False
+    return _reachable
+
+
+def go_offline_if_unreachable() -> bool:
+    """huggingface_hub switched to offline mode (its cache only) when the hub cannot be reached;
+    True when it was. The error that follows a cache miss carries the offline hint."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or hub_reachable():
+        return False
+    constants.HF_HUB_OFFLINE = True
+    return True
 
 
 def bound_hub() -> None:

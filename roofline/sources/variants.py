@@ -38,7 +38,7 @@ from .cache_files import (
     write_entry,
 )
 from .hub import REPO_ID, HubError, HubParts, hub_parts, inventory_from_parts
-from .hub_http import bound_hub, request_bounds
+from .hub_http import bound_hub, go_offline_if_unreachable, request_bounds
 
 SCHEMA = "roofline.variant/1"
 DEFAULT_POOL = 8
@@ -138,7 +138,8 @@ def list_variants(base: str, limit: int | None = None) -> tuple[list[Variant], s
 
     if not REPO_ID.match(base):
         raise RooflineError(f"--variants {shown(base, 100)!r}: give a hub id such as org/name")
-    if constants.HF_HUB_OFFLINE:
+    bound_hub()
+    if go_offline_if_unreachable() or constants.HF_HUB_OFFLINE:
         return _cached_listing(base, limit), "cache"
     try:
         summaries = [summary for page in _listing_pages(base, limit) for summary in page]
@@ -160,7 +161,7 @@ def _cached_listing(base: str, limit: int | None, missing_ok: bool = False) -> l
     if not isinstance(entry, dict) or entry.get("base") != base or not isinstance(entry.get("variants"), list):
         if missing_ok:
             return None
-        raise RooflineError(f"{base}: offline (HF_HUB_OFFLINE) and no cached listing of its variants; "
+        raise RooflineError(f"{base}: offline (HF_HUB_OFFLINE, or the hub cannot be reached) and no cached listing of its variants; "
                             f"run once online")
     try:
         rows = checked(entry["variants"], list[CachedVariant], str(_listing_path(base)))
