@@ -34,6 +34,7 @@ REFERENCE_CONFIGS = REPO / "tests" / "reference_configs"
 # the tests in this directory import these
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+
 # the validation record defaults to the user data folder: a test run (and every command it starts)
 # keeps its own, never the user's
 os.environ.setdefault("ROOFLINE_RECORD", os.path.join(os.environ.get("TMPDIR", "/tmp"),
@@ -149,3 +150,13 @@ def checkpoint(checkpoints) -> Callable[[str], Path]:
 def reference_configs() -> Path:
     """Real config.json / hf_quant_config.json of public models, copied into tests/."""
     return REFERENCE_CONFIGS
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_columns():
+    """Tables fit $COLUMNS when it is set, and the suite reads whole tables. GNU readline (which
+    pytest's startup loads) writes COLUMNS=80 into the process environment behind os.environ's back,
+    so every command a test starts would see it: unset it at the C level, after that."""
+    os.environ["COLUMNS"] = ""
+    del os.environ["COLUMNS"]
+    yield

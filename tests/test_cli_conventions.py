@@ -144,3 +144,22 @@ def test_a_hub_id_without_a_network_fails_in_about_a_second(tmp_path):
         elapsed = time.monotonic() - started
         assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
         assert "cannot be reached" in proc.stderr and elapsed < 8, (elapsed, proc.stderr)
+
+
+def test_compare_fits_the_terminal_and_wide_shows_every_column():
+    import os
+
+    checkpoints = sorted(str(p) for p in (ROOT / "examples" / "compare").iterdir())
+    narrow = roofline("compare", *checkpoints, env={"COLUMNS": "100"})
+    assert narrow.returncode == 0, narrow.stderr
+    lines = narrow.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    assert any("left out to fit the terminal" in line for line in lines)
+    assert any(line.split()[:2] == ["1", "Qwen3-30B-A3B-NVFP4"] for line in lines)  # the ranking survives
+    wide = roofline("compare", *checkpoints, "--wide", env={"COLUMNS": "100"})
+    heading = next(line for line in wide.stdout.splitlines() if line.strip().startswith("#  checkpoint"))
+    assert all(column in heading for column in ("on disk", "KV", "state", "BF16 residuals", "vLLM backend"))
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    piped = subprocess.run([sys.executable, "-m", "roofline.cli", "compare", *checkpoints], capture_output=True,
+                           text=True, timeout=120, cwd=ROOT, env=env)
+    assert "vLLM backend" in piped.stdout and "left out" not in piped.stdout  # a pipe gets every column

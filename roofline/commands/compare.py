@@ -28,10 +28,11 @@ from .output import echo, print_json
 @click.option("--config-only", is_flag=True, help="Build every local folder from config.json alone.")
 @no_cache_option
 @scenario_options
+@click.option("--wide", is_flag=True, help="Every column, however wide the terminal ($COLUMNS or its width).")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (schema roofline.compare/1).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Add the comparison to this HTML report, or write one (with the best row's audit).")
-def command(models, base, limit, name_filter, sort, pool, revision, config_only, no_cache, as_json, html_path,
+def command(models, base, limit, name_filter, sort, pool, revision, config_only, no_cache, wide, as_json, html_path,
             **kwargs):
     """Compare checkpoints of one model: local folders, hub ids, config-only folders and capture
     files (.json from `roofline capture`), in one table ranked by expected tok/s, with what makes
@@ -97,6 +98,6 @@ def command(models, base, limit, name_filter, sort, pool, revision, config_only,
     else:
         from roofline.render.compare import render_compare
 
-        echo(render_compare(comparison))
+        echo(render_compare(comparison, wide=wide))
         if html_path:
             echo(f"report: {html_path}")
