@@ -163,3 +163,22 @@ def test_compare_fits_the_terminal_and_wide_shows_every_column():
     piped = subprocess.run([sys.executable, "-m", "roofline.cli", "compare", *checkpoints], capture_output=True,
                            text=True, timeout=120, cwd=ROOT, env=env)
     assert "vLLM backend" in piped.stdout and "left out" not in piped.stdout  # a pipe gets every column
+
+
+def test_each_tie_is_marked_as_its_own_group_within_the_stated_tolerance():
+    import re
+
+    proc = roofline("plan", "examples/Qwen3-8B", "--hardware", "gb10")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if re.match(r"^\s+\d+(=[a-z])?\s", line)]
+    legend = next(line for line in proc.stdout.splitlines() if ": ties, each within" in line)
+    tolerance = float(re.search(r"within (\d+)%", legend).group(1)) / 100
+    groups: dict[str, list[float]] = {}
+    for row in rows:
+        mark = re.match(r"\d+(=[a-z])?", row[0]).group(1)
+        if mark:
+            tok_s = next(float(cell) for cell in row[1:] if re.fullmatch(r"\d+\.\d", cell))
+            groups.setdefault(mark, []).append(tok_s)
+    assert len(groups) >= 2  # the example plan has more than one tie: each its own mark
+    for values in groups.values():
+        assert min(values) >= max(values) * (1 - tolerance) - 0.05, values

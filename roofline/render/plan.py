@@ -1,10 +1,22 @@
 """Terminal presentation of a plan: simulated formats, the ranked table, the top pick."""
 from __future__ import annotations
 
+from roofline.advise.ties import tolerance
 from roofline.model.formats import format_label
 from roofline.units import human_bytes
 
-from .text import text_table
+from .text import terminal_width, text_table, wrapped
+
+
+def tie_labels(recommendations) -> dict[int, str]:
+    """Each tie group shown as its own mark (=a, =b, ...), so two ties in a row never read as one."""
+    groups = list(dict.fromkeys(r.tie_group for r in recommendations if r.tie_group))
+    return {group: f"={chr(ord('a') + i)}" for i, group in enumerate(groups)}
+
+
+def _tie_span(label: str, members, workload) -> str:
+    values = [r.single_stream_tok_s if workload.concurrency == 1 else r.aggregate_tok_s for r in members]
+    return f"{label} {min(values):.1f}-{max(values):.1f} tok/s"
 
 
 def render_plan(plan, top: int = 12) -> str:
@@ -27,13 +39,19 @@ def render_plan(plan, top: int = 12) -> str:
     lines += ["", f"ranked for {w.concurrency} concurrent sequence{'s' if w.concurrency > 1 else ''}:"]
     rows = [["#", "format", "recipe", "backend", "1-stream tok/s", f"total tok/s @{w.concurrency}", "bound",
              "resident", "fits"]]
+    groups = tie_labels(plan.recommendations[:top])
     for r in plan.recommendations[:top]:
-        rows.append([f"{r.rank}{'=' if r.tie_group else ''}", format_label(r.format), r.recipe, r.backend.name, f"{r.single_stream_tok_s:.1f}",
+        rows.append([f"{r.rank}{groups.get(r.tie_group, '')}", format_label(r.format), r.recipe, r.backend.name,
+                     f"{r.single_stream_tok_s:.1f}",
                      f"{r.aggregate_tok_s:.0f}", r.aggregate_bound, f"{r.resident_gb:.1f} GB",
                      "yes" if r.fits else "NO"])
     lines += ["  " + line for line in text_table(rows, {0, 4, 5, 7})]
-    if any(r.tie_group for r in plan.recommendations[:top]):
-        lines.append("  =: a tie (predictions within the model's uncertainty); ordered by evidence, see the top pick")
+    if groups:
+        tol, _ = tolerance()
+        spans = "; ".join(_tie_span(label, [r for r in plan.recommendations[:top] if r.tie_group == group], w)
+                          for group, label in groups.items())
+        lines += wrapped(f"{', '.join(groups.values())}: ties, each within {100 * tol:.0f}% of its best row (the "
+                         f"model's uncertainty), ordered by evidence ({spans})", terminal_width(), "  ")
     best = plan.top
     if best is not None:
         lines += ["", f"top pick: {format_label(best.format)}, recipe {best.recipe}, {best.backend.name}"]
