@@ -182,3 +182,39 @@ def test_each_tie_is_marked_as_its_own_group_within_the_stated_tolerance():
     assert len(groups) >= 2  # the example plan has more than one tie: each its own mark
     for values in groups.values():
         assert min(values) >= max(values) * (1 - tolerance) - 0.05, values
+
+
+def _stderr_on_a_terminal(*args, env: dict) -> tuple[int, str]:
+    """Run roofline with stderr on a pseudo-terminal (stdout a pipe): (exit code, what stderr showed)."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "roofline.cli", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=slave, cwd=ROOT, env={**os.environ, **env})
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # the terminal closed with the process
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=300)
+    os.close(master)
+    return proc.returncode, b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_progress_on_a_terminal_and_silence_with_quiet_or_a_pipe(tmp_path):
+    config = tmp_path / "Qwen3-8B"
+    config.mkdir()
+    (config / "config.json").write_text((ROOT / "examples" / "Qwen3-8B" / "config.json").read_text())
+    env = {"ROOFLINE_CACHE": str(tmp_path / "cache")}
+    code, shown = _stderr_on_a_terminal("audit", config, "--no-cache", env=env)
+    assert code == 0 and "building the model skeleton from config.json" in shown, shown
+    code, quiet = _stderr_on_a_terminal("audit", config, "--no-cache", "--quiet", env=env)
+    assert code == 0 and quiet.strip() == "", quiet
+    piped = roofline("audit", config, "--no-cache", env=env)
+    assert piped.returncode == 0 and piped.stderr == ""

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import click
 
-from roofline.errors import RooflineError
 from roofline.files import write_json
 
 from . import types

@@ -8,7 +8,7 @@ import click
 from roofline.errors import RooflineError
 
 from . import types
-from .options import no_cache_option, scenario_from, scenario_options
+from .options import no_cache_option, quiet_option, scenario_from, scenario_options
 from .output import echo, print_json
 
 
@@ -27,6 +27,7 @@ from .output import echo, print_json
 @click.option("--revision", default=None, help="Hub revision for hub ids given as MODELS.")
 @click.option("--config-only", is_flag=True, help="Build every local folder from config.json alone.")
 @no_cache_option
+@quiet_option
 @scenario_options
 @click.option("--wide", is_flag=True, help="Every column, however wide the terminal ($COLUMNS or its width).")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (schema roofline.compare/1).")

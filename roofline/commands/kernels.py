@@ -5,10 +5,9 @@ from dataclasses import replace
 
 import click
 
-from roofline.errors import RooflineError
 
 from . import types
-from .options import no_cache_option, scenario_from, scenario_options
+from .options import no_cache_option, quiet_option, scenario_from, scenario_options
 from .output import echo, print_json
 
 
@@ -24,6 +23,7 @@ from .output import echo, print_json
 @click.option("--revision", default=None, help="Hub revision (branch, tag or commit).")
 @click.option("--config-only", is_flag=True, help="Build the inventory from config.json alone (no safetensors).")
 @no_cache_option
+@quiet_option
 @click.option("--from-vllm", "from_vllm", type=click.Path(dir_okay=False), default=None,
               help="Use a live inventory written by `roofline capture`.")
 @scenario_options

@@ -42,12 +42,24 @@ no_cache_option = click.option(
          "$XDG_CACHE_HOME/roofline or ~/.cache/roofline).")
 
 
+def _set_quiet(ctx, param, value):
+    from roofline import progress
+
+    progress.set_quiet(value)
+    return value
+
+
+quiet_option = click.option("--quiet", "-q", is_flag=True, expose_value=False, callback=_set_quiet,
+                            help="No progress on stderr (shown only when stderr is a terminal).")
+
+
 def source_options(func):
     """Where MODEL's inventory comes from: shared by audit and capacity."""
     for option in reversed([
         click.option("--revision", default=None, help="Hub revision (branch, tag or commit)."),
         click.option("--config-only", is_flag=True, help="Build the inventory from config.json alone (no safetensors)."),
         no_cache_option,
+        quiet_option,
         click.option("--from-vllm", "from_vllm", type=click.Path(dir_okay=False), default=None,
                      help="Use a live inventory written by `roofline capture` instead of MODEL."),
     ]):

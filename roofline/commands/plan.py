@@ -7,7 +7,7 @@ from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
-from .options import no_cache_option
+from .options import no_cache_option, quiet_option
 from .output import echo, print_json
 
 DEFAULT_FORMATS = "bf16,fp8,nvfp4-w4a16,nvfp4-w4a4,mxfp4,int4-awq"
@@ -27,6 +27,7 @@ def _split(value: str, what: str) -> list[str]:
 @click.option("--revision", default=None, help="Hub revision (branch, tag or commit).")
 @click.option("--config-only", is_flag=True, help="Build the inventory from config.json alone (no safetensors).")
 @no_cache_option
+@quiet_option
 @click.option("--trust-remote-code", is_flag=True, help="Allow the config's own code (config-only path). Off by default.")
 @click.option("--formats", default=DEFAULT_FORMATS, show_default=True,
               help="Formats to simulate, comma-separated (keys of roofline/data/formats.toml).")

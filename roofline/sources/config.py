@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 
+from roofline import progress
 from roofline.errors import RooflineError
 from roofline.model.assemble import inventory_from_tensors
 from roofline.model.inventory import Inventory
@@ -75,8 +76,10 @@ def inventory_from_config(model_id: str, config: dict, hf_quant_config: dict | N
             checkpoint_tensors,  # torch + transformers: only to build
         )
 
-        return checkpoint_tensors(config, trust_remote_code=trust_remote_code,
-                                  remote_code_source=remote_code_source, revision=revision)
+        with progress.step(f"{model_id}: building the model skeleton from config.json (transformers on the meta "
+                           "device; cached for next time)"):
+            return checkpoint_tensors(config, trust_remote_code=trust_remote_code,
+                                      remote_code_source=remote_code_source, revision=revision)
 
     # the repository's own code may differ between revisions: never cached
     skeleton = cached_skeleton(config, build, use_cache=use_cache and not trust_remote_code)

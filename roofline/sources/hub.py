@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from roofline.errors import RooflineError
+from roofline.progress import shown as progress_shown
 from roofline.model.assemble import inventory_from_tensors
 from roofline.model.inventory import Inventory, Tensor
 
@@ -196,7 +197,7 @@ def hub_parts(repo_id: str, revision: str | None = None, progress: bool | None =
     index = read_json(index_path) if index_path else None
     files = shard_names(index, f"{repo_id}/{INDEX}") if index else [SINGLE_FILE]
     headers = build_hf_headers()
-    show = progress if progress is not None else (len(files) > 1 and sys.stderr.isatty())
+    show = progress if progress is not None else (len(files) > 1 and progress_shown())
     with gc_paused():
         results = []
         with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:

@@ -26,6 +26,7 @@ from msgspec import Meta
 
 from roofline.data import load_table
 from roofline.errors import RooflineError
+from roofline.progress import shown as progress_shown
 from roofline.model.inventory import Inventory
 from roofline.schema import checked
 from roofline.untrusted import is_commit_id, printable, shown, under_root
@@ -229,7 +230,7 @@ def audit_variants(variants: list[Variant], *, pool: int = DEFAULT_POOL, progres
             variant.skipped = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return None
 
-    show = progress if progress is not None else sys.stderr.isatty()
+    show = progress if progress is not None else progress_shown()
     results: dict[str, Inventory | None] = {}
     if todo:
         with ThreadPoolExecutor(max_workers=max(1, min(pool, len(todo)))) as executor:

@@ -1,0 +1,36 @@
+"""Progress on stderr while a command works for more than a moment (a cold skeleton build, hub
+header fetches, variants), as huggingface_hub and vLLM show theirs: only when stderr is a terminal,
+and never with --quiet. Output on stdout is never touched."""
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+
+_quiet = False
+
+
+def set_quiet(quiet: bool) -> None:
+    global _quiet
+    _quiet = bool(quiet)
+
+
+def shown() -> bool:
+    """Whether progress goes to stderr now: a terminal, and no --quiet."""
+    return not _quiet and sys.stderr.isatty()
+
+
+@contextmanager
+def step(message: str):
+    """`message…` on stderr while the block runs, then how long it took."""
+    if not shown():
+        yield
+        return
+    started = time.monotonic()
+    sys.stderr.write(f"{message}…")
+    sys.stderr.flush()
+    try:
+        yield
+    finally:
+        sys.stderr.write(f" {time.monotonic() - started:.1f} s\n")
+        sys.stderr.flush()
