@@ -6,8 +6,8 @@ to print, store or build a path from.
 - `printable`: control characters (ESC, NUL, CR, LF, DEL, the C1 range, bidirectional overrides)
   escaped as \\xNN / \\uNNNN and the text cut to a sane length, so a remote string is one line
   that cannot move the cursor or rewrite the terminal.
-- `commit_id`: a commit is 40 hex digits; anything else is refused before it reaches a path or a
-  request.
+- `is_commit_id`: a commit is 40 hex digits; anything else is refused before it reaches a path or
+  a request.
 - `under_root`: a path built from remote or file data, checked to stay inside its root.
 """
 from __future__ import annotations
@@ -71,13 +71,6 @@ def terminal_text(text: str) -> str:
 def shown(value, limit: int = MAX_SHOWN) -> str:
     """An untrusted string quoted for a message: printable and redacted."""
     return printable(redact_url(value) if isinstance(value, str) else value, limit)
-
-
-def commit_id(value, where: str) -> str:
-    """`value` when it is a commit id (40 lowercase hex digits); else one clear error."""
-    if isinstance(value, str) and _COMMIT.fullmatch(value):
-        return value
-    raise RooflineError(f"{where}: {shown(value, 60)!s} is not a commit id (40 hex digits)")
 
 
 def is_commit_id(value) -> bool:

@@ -7,6 +7,8 @@ import re
 
 import click
 
+from roofline.predict.traffic import BATCH_LIMIT, CONTEXT_LIMIT, DRAFT_TOKENS_LIMIT, KV_SPELLINGS
+
 
 class Number(click.ParamType):
     """A finite float in [low, high] (open at either end when asked)."""
@@ -82,8 +84,6 @@ class KvCacheDtype(click.ParamType):
     name = "kv-cache-dtype"
 
     def convert(self, value, param, ctx):
-        from roofline.predict.traffic import KV_SPELLINGS
-
         if value in KV_SPELLINGS.values():
             return value
         resolved = KV_SPELLINGS.get(str(value).strip().lower())
@@ -117,9 +117,10 @@ def parse_int_list(text: str | None, option: str, low: int, high: int) -> tuple[
 
 # The ranges, in one place. Each bound is far beyond any real use, so that only nonsense is refused.
 BANDWIDTH_GBPS = positive(100_000)  # the fastest HBM parts are ~10-20 TB/s
-CONTEXT_TOKENS = Tokens(1, 1 << 24)  # 16M tokens (predict/traffic.py CONTEXT_LIMIT, for values from files)
-SEQUENCES = count(1, 1 << 16)  # batch / concurrency (traffic.BATCH_LIMIT)
-DRAFT_TOKENS = count(0, 64)  # (traffic.DRAFT_TOKENS_LIMIT)
+# a scenario's bounds are the step model's own, so an option and a value read from a file agree
+CONTEXT_TOKENS = Tokens(1, CONTEXT_LIMIT)  # 16M tokens
+SEQUENCES = count(1, BATCH_LIMIT)  # batch / concurrency
+DRAFT_TOKENS = count(0, DRAFT_TOKENS_LIMIT)
 ACCEPTANCE = fraction()
 MEMORY_GB = positive(1_000_000)
 TP_RANKS = count(1, 1024)

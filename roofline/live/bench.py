@@ -291,10 +291,6 @@ class BadStream(Exception):
     """An event whose numbers cannot be true (a count that is not a whole number in range)."""
 
 
-# A prompt of more tokens than this is not what the bench sent (vLLM's own longest contexts are 10M)
-PROMPT_TOKENS_LIMIT = 16 * 2**20
-
-
 def _usage_count(usage: dict, key: str, high: int) -> int | None:
     """usage[key] as a count in [0, high]; None when absent; BadStream when it is no such count."""
     value = usage.get(key)
@@ -351,7 +347,7 @@ def stream_once(cfg: BenchConfig, model: str, vllm_extras: bool = True) -> RunRe
                 has_tokens, finish = _chunk_text(chunk)
                 if finish:
                     run.finish_reason = printable(finish, 40)
-                prompt_tokens = _usage_count(usage, "prompt_tokens", PROMPT_TOKENS_LIMIT)
+                prompt_tokens = _usage_count(usage, "prompt_tokens", CONTEXT_LIMIT)
                 if prompt_tokens is not None:
                     run.prompt_tokens = prompt_tokens
                 total = _usage_count(usage, "completion_tokens", cfg.max_tokens)

@@ -25,7 +25,7 @@ ROUTINGS = ("uniform", "shared")  # MoE experts per step: independent per token,
 
 
 # The bounds of a decode scenario wherever it comes from (an option, a bench file, a capture, a
-# server): each far beyond real use (commands/types.py states the same bounds at the CLI edge).
+# server): each far beyond real use (commands/types.py bounds the options with them).
 CONTEXT_LIMIT = 1 << 24  # tokens
 BATCH_LIMIT = 1 << 16  # sequences
 DRAFT_TOKENS_LIMIT = 64  # speculative tokens per step
