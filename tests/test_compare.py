@@ -162,6 +162,14 @@ def test_variants_discovered_audited_skipped_and_cached(hub, tmp_path):
     proc = run("compare", "--variants", base, env=offline)
     assert proc.returncode == 0, proc.stderr
     assert "acme/Qwen3-tiny-NVFP4A16" in proc.stdout and "from the cache" in proc.stderr
+    # plan of the base names the published variants the listing found instead of "quantize it"
+    proc = run("plan", base, "--formats", "fp8,nvfp4-w4a16,mxfp4", "--recipe", "default", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["recommendations"]
+    named = {r["format"]: (r["checkpoint"], r["quantize_with"]) for r in rows}
+    assert named["fp8"] == ("acme/Qwen3-tiny-FP8", "") and named["nvfp4-w4a16"] == ("acme/Qwen3-tiny-NVFP4A16", "")
+    assert named["mxfp4"][0].startswith("./") and named["mxfp4"][1]  # none published: made by the user
+    assert all(r["serve_command"].startswith(f"vllm serve {r['checkpoint']} ") for r in rows)
 
 
 def test_variants_filter_limit_and_token(hub, tmp_path):

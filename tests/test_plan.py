@@ -62,7 +62,7 @@ def test_dense_8b_w4a16_first_single_stream(qwen3_8b):
     top = plan.top
     assert top.format == "nvfp4-w4a16" and "Marlin" in top.backend.name
     assert "--linear-backend=marlin" in top.flags
-    assert top.serve_command().startswith("vllm serve ./Qwen3-8B-NVFP4A16 ")  # named by the base model
+    assert top.serve_command().startswith("vllm serve ELVISIO/Qwen3-8B-NVFP4A16 ")  # the published release
     order = [r.format for r in plan.recommendations]
     assert order.index("nvfp4-w4a4") < order.index("fp8") < order.index("bf16")
     # predictions land near BRIEF §7's measurements (efficiency calibrated on them)
@@ -141,8 +141,30 @@ def test_cli_json(capsys):
     assert [r["rank"] for r in payload["recommendations"]] == list(range(1, len(payload["recommendations"]) + 1))
     # a quantized checkpoint is planned from its base, and the recipes are named after the base
     assert payload["base_of"] == "nvidia__Qwen3-30B-A3B-NVFP4" and payload["model"] == "Qwen3-30B-A3B"
-    assert {r["checkpoint"] for r in payload["recommendations"]} <= {"./Qwen3-30B-A3B-NVFP4", "./Qwen3-30B-A3B-FP8-dynamic"}
+    rows = payload["recommendations"]
+    assert {r["checkpoint"] for r in rows if not r["given"]} <= {"./Qwen3-30B-A3B-NVFP4", "./Qwen3-30B-A3B-FP8-dynamic"}
     assert payload["notes"][0].startswith("nvidia__Qwen3-30B-A3B-NVFP4 is quantized (modelopt NVFP4)")
+    # ...and the checkpoint given is a ranked row of its own, served as the user named it, priced from
+    # its own tensors; a simulated row that only repeats it (default NVFP4 W4A4) is not listed twice
+    given = [r for r in rows if r["given"]]
+    assert given and all(r["recipe"] == "as given" and r["format"] == "nvfp4-w4a4" and not r["quantize_with"]
+                         and r["checkpoint"] == str(REFERENCE / "nvidia__Qwen3-30B-A3B-NVFP4") for r in given)
+    assert not [r for r in rows if r["format"] == "nvfp4-w4a4" and r["recipe"] == "default"]
+    assert len({(r["recipe"], r["backend"]) for r in rows if r["format"] == "nvfp4-w4a4"}) == \
+        len([r for r in rows if r["format"] == "nvfp4-w4a4"])
+
+
+def test_a_published_checkpoint_is_named_instead_of_quantizing(qwen3_8b):
+    """Qwen3-8B's NVFP4 W4A16 and FP8 releases are in measurements.toml: the best row of each
+    format serves them; a format none was published in is made by the user."""
+    plan = build_plan(qwen3_8b, GB10, formats=["fp8", "nvfp4-w4a16", "int4-awq"], recipes=["default"])
+    first = {}
+    for r in plan.recommendations:
+        first.setdefault(r.format, r)
+    assert first["nvfp4-w4a16"].checkpoint == "ELVISIO/Qwen3-8B-NVFP4A16" and not first["nvfp4-w4a16"].quantize_with
+    assert first["fp8"].checkpoint == "RedHatAI/Qwen3-8B-FP8-dynamic"
+    assert any(reason.startswith("published as RedHatAI/Qwen3-8B-FP8-dynamic") for reason in first["fp8"].reasons)
+    assert first["int4-awq"].checkpoint.startswith("./") and first["int4-awq"].quantize_with
 
 
 def test_cli_text_and_bad_input(capsys):

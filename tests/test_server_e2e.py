@@ -170,9 +170,16 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
     # streams at its ~1 TFLOP/s bf16 GEMM), so the sweep reaches well past it
     knee = result["knee_concurrency"]
     assert knee in (2, 4, 8, 16, 32), result["knee_concurrency"]
-    before = measured[1] / measured[0]
-    after = measured[3] / measured[2]
-    assert after < before, f"aggregate x{before:.2f} from 1 to 2 streams, x{after:.2f} from 4 to 8"
+    # growth per doubling of concurrency, geometric mean on each side of the predicted knee: one noisy
+    # level (a 1->2 step of x1.10 was seen on a CI host) does not decide it
+    at = [row["concurrency"] for row in curve].index(knee)
+    before = (measured[at] / measured[0]) ** (1 / at)
+    if at < len(measured) - 1:
+        after = (measured[-1] / measured[at]) ** (1 / (len(measured) - 1 - at))
+        assert after < before, (f"aggregate x{before:.2f} per doubling up to the predicted knee ({knee}), "
+                                f"x{after:.2f} past it")
+    else:  # the knee is the sweep's last level: the aggregate still grows up to it
+        assert before > 1.0, f"aggregate x{before:.2f} per doubling up to the predicted knee ({knee})"
 
     # 5. the record accumulated both rows, with versions and hardware
     rows = [json.loads(line) for line in record.read_text().splitlines()]

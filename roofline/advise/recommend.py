@@ -88,6 +88,7 @@ class Recommendation:
     tie_group: int = 0  # > 0: within the prediction's uncertainty of the others of its group
     tied_with: list[str] = field(default_factory=list)
     decided_by: str = ""  # the evidence that put this one first in its tie
+    given: bool = False  # the checkpoint the user gave, priced as it is (not a simulated format)
 
     def serve_command(self) -> str:
         env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(self.env.items()))
@@ -106,7 +107,7 @@ class Recommendation:
             "resident_gb": self.resident_gb, "kv_cache_gb": self.kv_cache_gb, "budget_gb": self.budget_gb,
             "fits": self.fits, "kv_cache_dtype": self.kv_cache_dtype, "flags": list(self.flags),
             "env": dict(self.env), "reasons": list(self.reasons), "checkpoint": self.checkpoint,
-            "quantize_with": self.quantize_with, "serve_command": self.serve_command(),
+            "quantize_with": self.quantize_with, "serve_command": self.serve_command(), "given": self.given,
         }
         if self.tensor_parallel is not None:
             out["tensor_parallel"] = self.tensor_parallel
@@ -196,11 +197,18 @@ def _checkpoint_name(base: Inventory, target: str, recipe: str) -> tuple[str, st
     return f"./{name}-{made.suffix or target}", f"{made.tool}; recipe {recipe}"
 
 
+# the recipe column of the rows that price the checkpoint the user gave, as it is
+GIVEN_RECIPE = "as given"
+
+
 def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: list[str],
               recipe_names: list[str], simulated: dict[tuple[str, str], Inventory] | None = None,
-              evidence: Evidence | None = None) -> tuple[list[Recommendation], list[str]]:
+              evidence: Evidence | None = None, given: Inventory | None = None,
+              given_as: str = "") -> tuple[list[Recommendation], list[str]]:
     """Ranked recommendations, best first, and notes about combinations that were dropped.
-    `simulated`: inventories already simulated, by (format, recipe), reused instead of redone."""
+    `simulated`: inventories already simulated, by (format, recipe), reused instead of redone.
+    `given`: a quantized checkpoint the user gave (base is its unquantized base): ranked too, as it
+    is, with its real bytes, served as `given_as`."""
     simulated = simulated or {}
     workload = workload.validate()
     notes: list[str] = []
@@ -212,6 +220,20 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
     results: list[Recommendation] = []
     seen: dict[tuple, str] = {}
     sims: dict[tuple[str, str], tuple[Inventory, Traffic]] = {}
+    if given is not None:
+        fmt = given.main_format()
+        kv = plan_kv_dtype(given, workload.kv_cache_dtype, workload.context, hardware)
+        traffic1 = compute_traffic(given, Scenario(batch=1, context=workload.context, kv_cache_dtype=kv))
+        sims[(fmt, GIVEN_RECIPE)] = (given, traffic1)
+        candidates = backends_for(fmt, hardware)
+        if not candidates:
+            notes.append(f"{given_as or given.model_id} ({format_label(fmt)}): no vLLM kernel for it on "
+                         f"{hardware.name} (compute capability {hardware.compute_capability})")
+        for backend in candidates:
+            rec = _evaluate(given, given, traffic1, hardware, workload, fmt, GIVEN_RECIPE, backend, kv)
+            rec.given, rec.checkpoint, rec.quantize_with = True, given_as or given.model_id, ""
+            rec.reasons.insert(0, "the checkpoint given, as it is: its own tensors' bytes, nothing to quantize")
+            results.append(rec)
     for recipe_name in recipe_names:
         recipe = get_recipe(recipe_name)
         for fmt in formats:
@@ -230,6 +252,7 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
                 continue
             for backend in candidates:
                 results.append(_evaluate(base, sim, traffic1, hardware, workload, fmt, recipe_name, backend, kv))
+    results = _without_copies_of_given(results)
     # reasons that compare candidates
     for rec in results:
         sim, traffic1 = sims[(rec.format, rec.recipe)]
@@ -248,6 +271,19 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
         top.reasons.insert(0, f"a tie within ±{100 * tol:.0f}% (the model's uncertainty) with "
                               f"{', '.join(top.tied_with)}; decided by: {top.decided_by}")
     return results, notes
+
+
+def _without_copies_of_given(results: list[Recommendation]) -> list[Recommendation]:
+    """A simulated row that only repeats the given checkpoint (same format and backend, weights
+    within 0.5%: the recipe reproduced what its maker did) is left out; the given row, priced from
+    the real tensors, stands for it."""
+    given = [r for r in results if r.given]
+
+    def repeats(rec: Recommendation) -> bool:
+        return any(rec.format == g.format and rec.backend.name == g.backend.name
+                   and abs(rec.weight_bytes - g.weight_bytes) <= 0.005 * g.weight_bytes for g in given)
+
+    return [r for r in results if r.given or not repeats(r)]
 
 
 def plan_kv_dtype(sim: Inventory, requested: str, context: int, hardware: Hardware) -> str:
@@ -425,11 +461,13 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
                concurrency: int = 1, context: int = 4096, kv_cache_dtype: str = "auto",
                memory_budget_gb: float | None = None, tp: int = 1, link: str | None = None,
                record_rows: list[dict] | None = None, base_of: Inventory | None = None,
-               served_as: str | None = None) -> Plan:
+               served_as: str | None = None, published: list[dict] | None = None) -> Plan:
     """The plan for `inventory` (an unquantized base). `base_of`: the quantized checkpoint the base
     was derived from, when the user gave one; `record_rows`: the user's validation record, evidence
     for breaking ties; `served_as`: the model as the user named it (a path or hub id), which the
-    serve lines of rows that serve it as it is name instead of the inventory's id."""
+    serve lines of rows that serve it as it is name instead of the inventory's id; `published`:
+    quantized variants of the base known to exist beyond the measurements table (the hub's
+    listing), named instead of a checkpoint to make."""
     for fmt in formats:
         get_format(fmt)
     for name in recipes:
@@ -438,21 +476,41 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
     scenario = Scenario(batch=1, context=context, kv_cache_dtype=kv_cache_dtype)
     simulated = simulate_all(inventory, formats, recipes, scenario, hardware,
                              kv_for=lambda sim: plan_kv_dtype(sim, kv_cache_dtype, context, hardware))
-    evidence = Evidence.gather(base_model_name(inventory.model_id), hardware.key, record_rows)
+    evidence = Evidence.gather(base_model_name(inventory.model_id), hardware.key, record_rows, published)
     recommendations, notes = recommend(inventory, hardware, workload, formats, recipes,
                                        simulated={(s.format, s.recipe): s.inventory for s in simulated},
-                                       evidence=evidence)
+                                       evidence=evidence, given=base_of, given_as=served_as or "")
     for rec in recommendations:
-        if rec.checkpoint != inventory.model_id:
+        if rec.given or rec.checkpoint != inventory.model_id:
             continue
         if base_of is None:  # the checkpoint given, served as the user named it
             rec.checkpoint = served_as or rec.checkpoint
         else:  # the unquantized base of a quantized checkpoint: a folder the user fetches, never a bare name
             rec.checkpoint = f"./{inventory.model_id}"
             rec.quantize_with = f"the unquantized base of {served_as or base_of.model_id} (its model card's base_model)"
+    _name_published(recommendations, evidence, base_of)
     if base_of is not None:
         q = base_of.quant
-        notes.insert(0, f"{base_of.model_id} is quantized ({q.method}{' ' + q.algo if q.algo else ''}): the formats are "
-                        f"simulated from its base, {inventory.model_id} (its config without the quantization config)")
+        notes.insert(0, f"{base_of.model_id} is quantized ({q.method}{' ' + q.algo if q.algo else ''}): ranked as "
+                        f"given (recipe \"{GIVEN_RECIPE}\") beside the formats simulated from its base, "
+                        f"{inventory.model_id} (its config without the quantization config)")
     return Plan(inventory, hardware, workload, simulated, recommendations, notes,
                 base_of=base_of.model_id if base_of is not None else None)
+
+
+def _name_published(recommendations: list[Recommendation], evidence: Evidence, given: Inventory | None) -> None:
+    """The best row of each format that asks the user to quantize names the published checkpoint
+    of that format instead, where one is known (measurements.toml, the hub's listing): served as
+    published, not made again. It was quantized with its maker's recipe, which this row's recipe
+    only approximates, and the row says so."""
+    done: set[str] = set()
+    for rec in recommendations:
+        if rec.given or not rec.quantize_with or rec.format in done:
+            continue
+        published = evidence.published(rec.format)
+        if published is None or (given is not None and published == given.model_id):
+            continue
+        done.add(rec.format)
+        rec.reasons.insert(1 if rec.decided_by else 0, f"published as {published}: serve it rather than quantize (made with its "
+                              f"maker's recipe; this row prices recipe {rec.recipe})")
+        rec.checkpoint, rec.quantize_with = published, ""

@@ -27,7 +27,9 @@ class Evidence:
     published_rows: list[dict] = field(default_factory=list)  # measured anywhere: the checkpoint exists
 
     @classmethod
-    def gather(cls, base: str, hardware: str, record_rows: list[dict] | None = None) -> "Evidence":
+    def gather(cls, base: str, hardware: str, record_rows: list[dict] | None = None,
+               published: list[dict] | None = None) -> "Evidence":
+        """`published`: checkpoints known to exist beyond the measurements (the hub's listing)."""
         table = [dict(r) for r in load_table("measurements").get("measured", ())]
         rows = [r for r in table if r["hardware"] == hardware and r.get("graphs", True)]
         for row in record_rows or ():
@@ -36,7 +38,7 @@ class Evidence:
                 rows.append({"format": fmt, "tok_s": float(tok_s), "checkpoint": row.get("model", "?"),
                              "base": base_model_name(str(row.get("model", ""))),
                              "source": f"your validation record ({row.get('recorded_at', 'undated')})"})
-        return cls(base, hardware, rows, table)
+        return cls(base, hardware, rows, table + list(published or ()))
 
     def measurement(self, fmt: str) -> dict | None:
         """The best measurement of `fmt`: of this base model if any, else of any model."""
@@ -63,8 +65,9 @@ def needs_calibration(fmt: str) -> bool:
 def _score(rec, evidence: Evidence) -> tuple:
     measured = evidence.measurement(rec.format)
     same_base = bool(measured) and measured.get("base", "").lower() == evidence.base.lower()
+    given = getattr(rec, "given", False)  # the user's own checkpoint exists and needs no quantizing
     return (measured is not None, same_base, measured["tok_s"] if same_base else 0.0,
-            evidence.published(rec.format) is not None, not needs_calibration(rec.format))
+            given or evidence.published(rec.format) is not None, given or not needs_calibration(rec.format))
 
 
 def _why(winner, runner_up, evidence: Evidence) -> str:
@@ -76,6 +79,8 @@ def _why(winner, runner_up, evidence: Evidence) -> str:
         return (f"measured on {evidence.hardware}{where}: {label} {measured['tok_s']:g} tok/s, "
                 f"{measured['checkpoint']} ({measured['source']})")
     if a[3] != b[3]:
+        if getattr(winner, "given", False):
+            return "the checkpoint given exists: nothing to quantize"
         return f"a published checkpoint exists: {evidence.published(winner.format)}"
     if a[4] != b[4]:
         return f"{label} needs no calibration data; {format_label(runner_up.format)} does"

@@ -93,17 +93,22 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
     if is_quantized(given) and given.config:
         # simulate from the base the quantization config was applied to, not from the quantized tensors
         inventory, base_of = base_inventory(given, use_cache=not no_cache), given
+    from roofline.model.naming import base_model_name
+    from roofline.sources.variants import cached_published
+
     plan = build_plan(inventory, hardware, formats=_split(formats, "formats"), recipes=_split(recipes, "recipe"),
                       concurrency=concurrency, context=context, kv_cache_dtype=kv_cache_dtype,
                       memory_budget_gb=memory_budget, tp=tp, link=link,
-                      record_rows=_record_rows(record_path), base_of=base_of, served_as=model)
+                      record_rows=_record_rows(record_path), base_of=base_of, served_as=model,
+                      published=cached_published(base_model_name(inventory.model_id)))
     payload = plan.to_json() if (as_json or html_path) else None
     if html_path:
         from roofline.audit import run_audit
         from roofline.predict.traffic import Scenario
         from roofline.reports import update_report
 
-        audit = run_audit(inventory, Scenario(context=context, kv_cache_dtype=kv_cache_dtype), hardware)
+        # the report is of the checkpoint given (a quantized one too), whose plan this is
+        audit = run_audit(given, Scenario(context=context, kv_cache_dtype=kv_cache_dtype), hardware)
         update_report(html_path, audit, plan=payload)
     if as_json:
         print_json(payload)

@@ -284,3 +284,35 @@ def _parts_from_entry(entry, variant: Variant) -> HubParts | None:
                         tensors, int(entry.get("bytes_read", 0)), int(entry.get("checkpoint_bytes", 0)))
     except (TypeError, ValueError, KeyError):
         return None
+
+
+def cached_published(base_name: str) -> list[dict]:
+    """Published variants of a base model as far as this machine already knows them, with no
+    network: every cached listing (what `roofline compare --variants` fetched) whose base has this
+    name, each servable variant whose headers are cached, with its main format. Rows as
+    roofline/data/measurements.toml holds them (checkpoint, base, format, source); most
+    downloaded first. Anything unreadable in the cache is passed over."""
+    from roofline.model.naming import repo_name
+
+    rows: list[dict] = []
+    folder = _variants_dir()
+    if not folder.is_dir():
+        return rows
+    for path in sorted(folder.glob("*.listing.json")):
+        entry = read_entry(path)
+        base = entry.get("base") if isinstance(entry, dict) else None
+        if not isinstance(base, str) or repo_name(base).lower() != base_name.lower():
+            continue
+        for variant in _cached_listing(base, None, missing_ok=True) or []:
+            if variant.skipped or classify(variant, has_token=True):
+                continue
+            try:
+                fmt = _inventory(variant, offline=True).main_quantized_format()
+            except Exception:  # noqa: BLE001 - not cached or broken: not known to be published
+                continue
+            if fmt:
+                rows.append({"checkpoint": variant.repo, "base": base_name,
+                             "format": fmt, "downloads": variant.downloads,
+                             "source": f"the hub's quantized variants of {base} (cached listing)"})
+    rows.sort(key=lambda r: -r["downloads"])
+    return rows
