@@ -99,10 +99,25 @@ def update_report(path, audit, *, cdn: bool = False, **sections) -> int:
     """What `plan --html`, `validate --html`, `compare --html`, `doctor --html` and `capacity --html`
     do: add their section to the report already at path (an earlier `audit --html`), or write a new
     report of `audit` with it."""
+    audit_json = _audit_json(audit)
     if os.path.isfile(path):
-        read_report_data(path)  # a file that is not a roofline report is an error, not overwritten
+        existing = read_report_data(path)  # a file that is not a roofline report is an error, not overwritten
+        _same_model(path, existing["audit"], audit_json, sections)
         return add_to_report(path, **sections)
-    return write_audit_report(audit, path, cdn=cdn, **sections)
+    return write_audit_report(audit_json, path, cdn=cdn, **sections)
+
+
+def _same_model(path, report_audit: dict, audit: dict, sections: dict) -> None:
+    """One model per report: a section of another model is refused, not quietly added beside the
+    first. A comparison belongs in the report of any model it compares."""
+    reported, model = str(report_audit.get("model")), str(audit.get("model"))
+    compared = {str(row.get(key)) for row in as_rows(sections.get("compare"), "compare") if isinstance(row, dict)
+                for key in ("model", "name", "input") if row.get(key)}
+    if model == reported or reported in compared:
+        return
+    named = ", ".join(name for name, value in sections.items() if value is not None) or "section"
+    raise RooflineError(f"{path} is the report of {reported}; the {named} of {model} would put a second model "
+                        f"in it: give another --html file (or remove this one)")
 
 
 def _write(path, page: str) -> int:

@@ -159,7 +159,6 @@ def roofline_chart(data: ReportData, catalogue: dict | None = None):
     audit = data.audit
     hardware = audit.get("hardware") or {}
     bandwidth = float(hardware.get("bandwidth_gbps") or 0)
-    efficiency = float((audit.get("efficiency") or {}).get("value") or 0)
     bytes_per_token = float(audit.get("bytes_per_token") or 0)
     points = []  # (trace name, x, y, labels, symbol, colour)
     points.append(("this audit: ceiling", [bytes_per_token], [audit.get("ceiling_tok_s")],
@@ -188,51 +187,84 @@ def roofline_chart(data: ReportData, catalogue: dict | None = None):
         points.append(("measured", measured_x, measured_y, measured_labels, "star", WARNING))
 
     xs = [x for p in points for x in p[1] if x]
-    lo, hi = min(xs) / 3, max(xs) * 3
+    lo, hi = min(xs) / LOG_PAD, max(xs) * LOG_PAD
     fig = go.Figure()
     line_x = [lo, hi]
     if bandwidth:
         fig.add_scatter(x=line_x, y=[bandwidth * 1e9 / x for x in line_x], mode="lines",
                         name=text(f"{hardware.get('name', 'hardware')} ceiling, {bandwidth:g} GB/s"),
                         line=dict(color="#212529", width=2.5), hoverinfo="skip")
-        if efficiency:
-            fig.add_scatter(x=line_x, y=[efficiency * bandwidth * 1e9 / x for x in line_x], mode="lines",
-                            name=text(f"expected at efficiency {efficiency:.2f}"),
-                            line=dict(color="#1c7ed6", width=1.5, dash="dash"), hoverinfo="skip")
-    for key, other in (catalogue or {}).items():
-        if key == hardware.get("key"):
-            continue
-        fig.add_scatter(x=line_x, y=[other.bandwidth_gbps * 1e9 / x for x in line_x], mode="lines",
-                        name=text(f"{other.name}, {other.bandwidth_gbps:g} GB/s"), visible="legendonly",
-                        line=dict(width=1), hoverinfo="skip")
+    curve_x = [lo * (hi / lo) ** (i / 40) for i in range(41)]
+    for name, curve, dash in _step_curves(audit, bytes_per_token):
+        fig.add_scatter(x=curve_x, y=[curve(x) for x in curve_x], mode="lines", name=text(name),
+                        line=dict(color="#1c7ed6", width=1.5, dash=dash), hoverinfo="skip")
     for name, x, y, labels, symbol, colour in points:
         hover = [f"<b>{text(label)}</b><br>{human_bytes(xv)} per token<br>{format_tok_s(yv)} tok/s"
                  for label, xv, yv in zip(labels, x, y)]
         fig.add_scatter(x=x, y=y, mode="markers", name=text(name), customdata=hover,
                         hovertemplate="%{customdata}<extra></extra>",
                         marker=dict(symbol=symbol, size=12, color=colour, line=dict(width=1, color="white")))
+    # the rest of the catalogue last in the legend, off until clicked
+    for key, other in (catalogue or {}).items():
+        if key == hardware.get("key"):
+            continue
+        fig.add_scatter(x=line_x, y=[other.bandwidth_gbps * 1e9 / x for x in line_x], mode="lines",
+                        name=text(f"{other.name}, {other.bandwidth_gbps:g} GB/s"), visible="legendonly",
+                        line=dict(width=1), hoverinfo="skip")
     _layout(fig, "Roofline: decode tok/s against bytes read per token", 460, hovermode="closest",
             legend=dict(font=dict(size=11)))
     x_ticks = log_ticks(lo, hi)
     fig.update_xaxes(type="log", title_text="bytes read per token", gridcolor="#eee", range=[math.log10(lo), math.log10(hi)],
                      tickvals=x_ticks, ticktext=[human_bytes(v).replace(".00 ", " ") for v in x_ticks])
-    ys = [y for trace in fig.data if trace.visible != "legendonly" for y in trace.y if y]
-    y_lo, y_hi = min(ys), max(ys)
+    # the axis spans the points (ceiling, expected, eager, plan, measured) with room for a marker's
+    # size at either end; the lines run on past it
+    ys = [y for p in points for y in p[2] if y]
+    y_lo, y_hi = min(ys) / LOG_PAD, max(ys) * LOG_PAD
     y_ticks = log_ticks(y_lo, y_hi)
     fig.update_yaxes(type="log", title_text="tok/s (single stream)", gridcolor="#eee",
                      range=[math.log10(y_lo), math.log10(y_hi)], tickvals=y_ticks, ticktext=[f"{v:,.0f}" if v >= 1 else f"{v:.2g}" for v in y_ticks])
     return fig
 
 
+LOG_PAD = 1.35  # a log axis runs this factor past its outermost points, so no marker is cut in half
+
+
+def _step_curves(audit: dict, bytes_per_token: float):
+    """The step model's expected tok/s as a function of bytes per token, through the audit's own
+    point: the memory time at the bandwidth this step reaches plus the step's other time (launches,
+    communication), with CUDA graphs and, where the audit prices it, eager. (name, f, dash)."""
+    breakdown = (audit.get("step") or {}).get("breakdown") or {}
+    memory_ms, step_ms = first_number(breakdown, "memory_ms"), first_number(breakdown, "step_ms")
+    if not (memory_ms and step_ms and bytes_per_token):
+        return []
+    reached = bytes_per_token / (memory_ms * 1e-3)  # bytes/s this step's memory time implies
+
+    def curve(other_ms: float):
+        return lambda x: 1e3 / (x / reached * 1e3 + other_ms)
+
+    other = step_ms - memory_ms
+    out = [(f"expected: {reached / 1e9:.0f} GB/s reached + {other:.2f} ms per step (launches, CUDA graphs)",
+            curve(other), "dash")]
+    eager = first_number(audit.get("cuda_graph") or {}, "eager_tok_s")
+    if eager:
+        other_eager = 1e3 / eager - memory_ms
+        if other_eager > 0:
+            out.append((f"eager: + {other_eager:.2f} ms of launches per step", curve(other_eager), "dot"))
+    return out
+
+
 def log_ticks(lo: float, hi: float) -> list[float]:
     """1-2-5 ticks between lo and hi, so that a log axis spanning less than a decade still
     labels its ticks with whole numbers instead of plotly's lone leading digits."""
-    ticks = []
-    for exponent in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
-        for mantissa in (1, 2, 5):
-            value = mantissa * 10.0 ** exponent
-            if lo <= value <= hi:
-                ticks.append(value)
+    for mantissas in ((1, 2, 5), (1, 1.5, 2, 3, 5, 7)):  # the finer set when the span holds few ticks
+        ticks = []
+        for exponent in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+            for mantissa in mantissas:
+                value = mantissa * 10.0 ** exponent
+                if lo <= value <= hi:
+                    ticks.append(value)
+        if len(ticks) >= 3:
+            break
     return ticks
 
 
@@ -244,7 +276,11 @@ def plan_chart(data: ReportData):
 
     labels, ceilings, expected = [], [], []
     for n, row in enumerate(data.plan_rows):
-        labels.append(text(row_label(row, f"row {n + 1}")))
+        # one category per row of the table: the rank and the backend keep two rows of one format
+        # and recipe (two NVFP4 W4A4 backends) from stacking into one bar
+        backend = first_text(row, "backend")
+        labels.append(text(f"#{row.get('rank', n + 1)} {row_label(row, f'row {n + 1}')}"
+                           + (f" · {backend}" if backend else "")))
         ceilings.append(first_number(row, "ceiling_tok_s"))
         expected.append(first_number(row, *EXPECTED_KEYS))
     fig = go.Figure()
@@ -254,7 +290,7 @@ def plan_chart(data: ReportData):
                 hovertemplate="%{y}: expected %{x:,.1f} tok/s<extra></extra>")
     _layout(fig, "Formats compared (plan)", max(260, 60 + 42 * len(labels)), barmode="group",
             legend=dict(orientation="h", y=-0.15))
-    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_yaxes(autorange="reversed", type="category", automargin=True)
     fig.update_xaxes(title_text="tok/s", gridcolor="#eee")
     return fig
 
@@ -317,12 +353,27 @@ def capacity_chart(data: ReportData):
     fig.add_scatter(x=x, y=[first_number(p, "per_stream_tok_s") for p in points], mode="lines+markers",
                     name="per stream tok/s", hovertemplate="concurrency %{x}: %{y:.1f} tok/s per stream<extra></extra>")
     ceiling = first_number(data.audit, "ceiling_tok_s")
-    if ceiling:
-        fig.add_hline(y=ceiling, line_dash="dot", annotation_text="single-stream bandwidth ceiling")
+    xs = [v for v in x if v]
+    if ceiling and xs:
+        # a trace, not an hline annotation: on a log axis an annotation's y is read as a power of ten
+        fig.add_scatter(x=[min(xs), max(xs)], y=[ceiling, ceiling], mode="lines", name="single-stream ceiling",
+                        line=dict(color="#212529", dash="dot", width=1.5), hoverinfo="skip")
     knee = first_number(cap, "knee_concurrency")
     if knee:
-        fig.add_vline(x=knee, line_dash="dash", annotation_text="knee: compute-bound from here")
+        fig.add_vline(x=knee, line_dash="dash", line_color="#868e96")
+        fig.add_annotation(x=math.log10(knee), y=1, xref="x", yref="paper", yanchor="bottom", showarrow=False,
+                           text="knee: compute-bound from here")
     _layout(fig, "Decode tok/s against concurrency", 420)
     fig.update_xaxes(type="log", title_text="concurrent requests")
+    ys = [v for trace in fig.data for v in trace.y if v]
+    if ys:
+        lo, hi = min(ys) / LOG_PAD, max(ys) * LOG_PAD
+        ticks = log_ticks(lo, hi)
+        fig.update_yaxes(range=[math.log10(lo), math.log10(hi)], tickvals=ticks,
+                         ticktext=[f"{v:,.0f}" if v >= 1 else f"{v:.2g}" for v in ticks])
+    if xs:
+        lo, hi = min(xs) / LOG_PAD, max(xs) * LOG_PAD
+        ticks = [v for v in (2 ** n for n in range(0, 20)) if lo <= v <= hi]  # concurrency doubles
+        fig.update_xaxes(range=[math.log10(lo), math.log10(hi)], tickvals=ticks, ticktext=[str(v) for v in ticks])
     fig.update_yaxes(type="log", title_text="tok/s", gridcolor="#eee")
     return fig

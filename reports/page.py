@@ -78,14 +78,49 @@ def figure_div(fig, div_id: str) -> str:
 
 # ---------------------------------------------------------------- pieces
 
-def card(title: str, value: str, detail: str = "", kind: str = "") -> str:
+def card(title: str, value: str, detail: str = "", kind: str = "", detail_html: str = "") -> str:
+    """detail: text; detail_html: markup already escaped (a serve line's flags)."""
     return (f'<div class="card {esc(kind)}"><div class="card-title">{esc(title)}</div>'
-            f'<div class="card-value">{esc(value)}</div><div class="card-detail">{esc(detail)}</div></div>')
+            f'<div class="card-value">{esc(value)}</div><div class="card-detail">{esc(detail)}{detail_html}</div></div>')
+
+
+def command_html(words: list[str]) -> str:
+    """A command line whose words never break inside (a flag such as --max-model-len=4096 stays
+    whole); lines break between words."""
+    def word(w: str) -> str:  # a long flag may break after its "=", nowhere else
+        flag, equals, value = w.partition("=")
+        if not w.startswith("-"):  # a path or hub id: breaks anywhere when longer than the line
+            return f'<span class="path">{esc(w)}</span>'
+        return (f'<span class="word">{esc(flag)}=</span><wbr><span class="word">{esc(value)}</span>' if equals
+                else f'<span class="word">{esc(w)}</span>')
+
+    return '<code class="command">' + " ".join(word(w) for w in words) + "</code>"
+
+
+def expected_detail(audit: dict) -> str:
+    """What the expected tok/s is made of, in the step model's own terms: the memory time at the
+    bandwidth it reaches, plus the launches (and any communication) of one step."""
+    step = audit.get("step") or {}
+    breakdown = step.get("breakdown") or {}
+    memory_ms, step_ms = first_number(breakdown, "memory_ms"), first_number(breakdown, "step_ms")
+    efficiency = first_number(audit.get("efficiency") or {}, "value")
+    bandwidth = first_number(audit.get("hardware") or {}, "bandwidth_gbps")
+    if not (memory_ms and step_ms and bandwidth):
+        return f"efficiency {efficiency}" if efficiency is not None else ""
+    parts = [f"memory {memory_ms:.2f} ms at {efficiency:.2f} × {bandwidth:g} GB/s" if efficiency
+             else f"memory {memory_ms:.2f} ms"]
+    for key, label in (("launch_ms", "launches"), ("communication_ms", "communication"), ("pipeline_ms", "pipeline")):
+        value = first_number(breakdown, key)
+        if value:
+            parts.append(f"{label} {value:.2f} ms")
+    graphs = "CUDA graphs" if step.get("graphs", True) else "eager"
+    return f"one step {step_ms:.2f} ms = " + " + ".join(parts) + f" ({graphs}; {breakdown.get('bound', '?')}-bound)"
 
 
 def sortable_table(table_id: str, columns: list[tuple[str, str]], rows: list[list[tuple[str, object]]],
-                   row_classes: list[str] | None = None) -> str:
-    """columns: (header, "num" | "text"); rows: cells of (shown text, sort value)."""
+                   row_classes: list[str] | None = None, wrap_columns: set[int] = frozenset()) -> str:
+    """columns: (header, "num" | "text"); rows: cells of (shown text, sort value); wrap_columns:
+    indices of columns that hold a command line (a serve line), which wraps between its words."""
     head = "".join(
         f'<th class="{kind}" scope="col"><button type="button">{esc(header)}</button></th>'
         for header, kind in columns)
@@ -93,11 +128,14 @@ def sortable_table(table_id: str, columns: list[tuple[str, str]], rows: list[lis
     for n, row in enumerate(rows):
         klass = f' class="{esc(row_classes[n])}"' if row_classes and row_classes[n] else ""
         cells = []
-        for (shown, sort_value), (_, kind) in zip(row, columns):
+        for index, ((shown, sort_value), (_, kind)) in enumerate(zip(row, columns)):
             value = "" if sort_value is None else sort_value
             if isinstance(value, float) and not math.isfinite(value):
                 value = ""
-            cells.append(f'<td class="{kind}" data-value="{esc(value)}">{esc(shown)}</td>')
+            klass = f"{kind} wrap" if index in wrap_columns else kind
+            content = (f'<div class="wrap">{command_html(str(shown).split())}</div>' if index in wrap_columns and shown
+                       else esc(shown))
+            cells.append(f'<td class="{klass}" data-value="{esc(value)}">{content}</td>')
         body.append(f"<tr{klass}>{''.join(cells)}</tr>")
     return (f'<table class="sortable" id="{esc(table_id)}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>')
@@ -106,7 +144,7 @@ def sortable_table(table_id: str, columns: list[tuple[str, str]], rows: list[lis
 def _cell(key: str, value) -> tuple[str, object]:
     """A plan / validation value for display: bytes and tok/s made readable, the rest as is."""
     if isinstance(value, bool) or value is None:
-        return ("" if value is None else str(value).lower(), "" if value is None else int(value))
+        return ("" if value is None else ("yes" if value else "no"), "" if value is None else int(value))
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
             return ("n/a", None)
@@ -114,32 +152,57 @@ def _cell(key: str, value) -> tuple[str, object]:
             return (human_bytes(value), value)
         if "tok_s" in key:
             return (charts.format_tok_s(value), value)
-        if key in ("share", "efficiency", "ratio") or key.endswith(("_ratio", "_share", "_fraction")):
-            return (f"{value:.3g}", value)
-        return (f"{value:,}" if isinstance(value, int) else f"{value:.4g}", value)
+        if key.endswith("_gb"):
+            return (f"{value:.1f} GB", value)
+        if key.startswith("ratio") or key.endswith(("_ratio", "_share", "_fraction", "_loss")):
+            return (f"{100 * value:.0f}%", value)
+        return (f"{value:,}" if isinstance(value, int) else f"{value:,.2f}", value)
     if isinstance(value, (dict, list)):
-        return (json.dumps(value, separators=(", ", ": "), default=str), None)
+        return ("", None)  # structured values have their own sections, never raw JSON in a cell
     if key == "format":
         return (format_label(str(value)), str(value))
+    if key == "verdict":
+        return (str(value).replace("_", " "), str(value))
     return (str(value), str(value))
 
 
-# the columns a reader compares first; every other column follows in the rows' own order
-LEADING_COLUMNS = ("label", "format", "recipe", "backend", "measured_tok_s", "predicted_tok_s", "expected_tok_s",
-                   "single_stream_tok_s", "aggregate_tok_s",
-                   "ceiling_tok_s", "ratio_to_expected", "ratio_to_ceiling", "verdict", "bytes_per_token")
-
-
-def rows_table(table_id: str, rows: list[dict]) -> str:
-    """Every column any row has: the leading ones first, then in order of first appearance."""
-    keys: list[str] = [k for k in LEADING_COLUMNS if any(k in row for row in rows)]
-    for row in rows:
-        keys += [k for k in row if k not in keys]
-    numeric = {k for k in keys if any(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)
-                                      for r in rows)}
-    columns = [(k.replace("_", " "), "num" if k in numeric else "text") for k in keys]
-    table = sortable_table(table_id, columns, [[_cell(k, row.get(k)) for k in keys] for row in rows])
+def columns_table(table_id: str, columns: list[tuple[str, str, str]], rows: list[dict],
+                  wrap: tuple[str, ...] = ()) -> str:
+    """A sortable table of chosen columns, (key, header, "num" | "text"), each cell as the terminal
+    rounds it; `wrap`: keys whose long text (a serve line) wraps inside the card, not past it."""
+    cells = [[_cell(key, row.get(key)) for key, _, _ in columns] for row in rows]
+    table = sortable_table(table_id, [(header, kind) for _, header, kind in columns], cells,
+                           wrap_columns={n for n, (key, _, _) in enumerate(columns) if key in wrap})
     return f'<div class="table-wrap">{table}</div>'
+
+
+# the plan's ranked rows as its terminal table shows them, plus the line that serves each
+PLAN_COLUMNS = [("rank", "#", "num"), ("format", "format", "text"), ("recipe", "recipe", "text"),
+                ("backend", "vLLM backend", "text"), ("single_stream_tok_s", "1-stream tok/s", "num"),
+                ("aggregate_tok_s", "total tok/s", "num"), ("ceiling_tok_s", "ceiling tok/s", "num"),
+                ("bytes_per_token", "bytes/token", "num"), ("resident_gb", "resident", "num"),
+                ("fits", "fits", "text"), ("serve_command", "serve with", "text")]
+# a validation record row: what was measured against what was predicted, and where
+VALIDATION_COLUMNS = [("recorded_at", "recorded", "text"), ("model", "model", "text"),
+                      ("hardware", "hardware", "text"), ("measured_tok_s", "measured tok/s", "num"),
+                      ("expected_tok_s", "expected tok/s", "num"), ("ceiling_tok_s", "ceiling tok/s", "num"),
+                      ("ratio_to_expected", "of expected", "num"), ("ratio_to_ceiling", "of ceiling", "num"),
+                      ("verdict", "verdict", "text"), ("context", "context", "num"),
+                      ("kv_cache_dtype", "KV cache", "text"), ("measured_by", "measured by", "text")]
+
+
+def _fixed(value, places: int) -> str:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return f"{value:,.{places}f}" if ok else "n/a"
+
+
+def _count(value) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def _times(value) -> str:
+    """vLLM logs its maximum concurrency with two decimals: "24.24x"."""
+    return f"{value:.2f}x" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 def _tok_s(value) -> str:
@@ -160,8 +223,7 @@ def headline(data: ReportData) -> str:
              f"{human_bytes(a.get('kv_bytes_per_token') or 0)} + state {human_bytes(a.get('state_bytes_per_token') or 0)}"),
         card("Ceiling", _tok_s(a.get("ceiling_tok_s")),
              f"{hardware.get('name', '?')} at {hardware.get('bandwidth_gbps', '?')} GB/s"),
-        card("Expected", _tok_s(a.get("expected_tok_s")),
-             f"{efficiency.get('kind', '')} efficiency {efficiency.get('value', '?')}", "accent"),
+        card("Expected", _tok_s(a.get("expected_tok_s")), expected_detail(a), "accent"),
     ]
     residual = data.residual_bytes_per_token
     if a.get("residuals"):
@@ -175,7 +237,8 @@ def headline(data: ReportData) -> str:
         cards.append(card("CUDA-graph benefit", f"×{benefit:.2f}" if benefit else "?",
                           f"{_tok_s(graph)} with graphs, {_tok_s(eager)} eager"))
     if data.recommendation is not None:
-        cards.append(card("Top recommendation", *_recommendation(data.recommendation), kind="good"))
+        title, detail, command = _recommendation(data.recommendation)
+        cards.append(card("Top recommendation", title, detail, kind="good", detail_html=command))
     measured = [first_number(r, *MEASURED_KEYS) for r in data.validation_rows]
     measured = [m for m in measured if m is not None]
     if measured:
@@ -190,21 +253,24 @@ def headline(data: ReportData) -> str:
     return f'<section class="cards">{"".join(cards)}</section>'
 
 
-def _recommendation(value) -> tuple[str, str]:
+def _recommendation(value) -> tuple[str, str, str]:
+    """(title, detail text, the serve line as markup) of the plan's top pick."""
     if isinstance(value, str):
-        return value, ""
+        return value, "", ""
     if not isinstance(value, dict):
-        return str(value), ""
+        return str(value), "", ""
     title = row_label(value, "recommended")
     details = []
     expected = first_number(value, *EXPECTED_KEYS)
     if expected is not None:
         details.append(f"{charts.format_tok_s(expected)} tok/s expected")
-    for key in ("backend", "kernel", "flags", "reason", "why"):
-        if value.get(key):
-            shown = value[key]
-            details.append(" ".join(map(str, shown)) if isinstance(shown, list) else str(shown))
-    return title, "; ".join(details)
+    for key in ("backend", "kernel", "reason", "why"):
+        if isinstance(value.get(key), str) and value[key]:
+            details.append(value[key])
+    command = value.get("serve_command")
+    words = command.split() if isinstance(command, str) else \
+        [str(f) for f in value.get("flags") or [] if isinstance(f, (str, int, float))]
+    return title, "; ".join(details), command_html(words) if words else ""
 
 
 def context_line(data: ReportData) -> str:
@@ -285,24 +351,58 @@ def notes_section(data: ReportData) -> str:
     return f'<section><h2>Notes</h2><ul class="notes">{"".join(items)}</ul></section>'
 
 
+# the CUDA-graph facts of an audit as a reader reads them: (key, label, how to show the value,
+# key of its provenance kind, key of its source)
+CUDA_GRAPH_ROWS = (
+    ("graph_tok_s", "with CUDA graphs (vLLM's default)", lambda v: f"{charts.format_tok_s(v)} tok/s", None, None),
+    ("eager_tok_s", "eager (--enforce-eager)", lambda v: f"{charts.format_tok_s(v)} tok/s", None, None),
+    ("benefit", "what CUDA graphs buy", lambda v: f"×{v:.2f}", None, None),
+    ("enforce_eager_loss", "lost to --enforce-eager", lambda v: f"{100 * v:.0f}%", None, None),
+    ("kernels_per_token", "kernels launched per token", lambda v: f"{v:,.0f}", None, None),
+    ("host_us_per_kernel", "host cost per kernel, eager", lambda v: f"{v:g} µs", "host_cost_kind", "host_cost_source"),
+    ("graph_floor_us_per_kernel", "per-kernel floor with graphs", lambda v: f"{v:g} µs", "graph_floor_kind",
+     "graph_floor_source"),
+    ("host_bound_layers_eager", "layers host-bound in eager mode", lambda v: f"{v:,.0f}", None, None),
+)
+
+
 def cuda_graph_section(data: ReportData) -> str:
     cuda_graph = data.cuda_graph
     if not cuda_graph:
         return ""
-    scalars = {k: v for k, v in cuda_graph.items() if isinstance(v, (int, float, str, bool)) and k != "advice"}
-    rows = "".join(f"<tr><th scope=\"row\">{esc(k.replace('_', ' '))}</th><td>{esc(_cell(k, v)[0])}</td></tr>"
-                   for k, v in scalars.items())
+    rows = []
+    for key, label, shown, kind_key, source_key in CUDA_GRAPH_ROWS:
+        value = cuda_graph.get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            continue
+        kind = cuda_graph.get(kind_key) if kind_key else None
+        source = cuda_graph.get(source_key) if source_key else None
+        provenance = (f'<div class="source">{esc(kind)}: {esc(source)}</div>' if kind and source else "")
+        rows.append(f'<tr><th scope="row">{esc(label)}</th><td>{esc(shown(value))}{provenance}</td></tr>')
     return (f'<section id="cuda-graph"><h2>CUDA graphs vs eager</h2>'
-            f'<table class="kv">{rows}</table></section>')
+            f'<table class="kv">{"".join(rows)}</table></section>')
+
+
+def _with_tie_marks(rows: list[dict]) -> list[dict]:
+    """Each row with its tie group as the terminal marks it (=a, =b, ...), in the order the groups appear."""
+    groups = list(dict.fromkeys((row.get("tie") or {}).get("group") for row in rows
+                                if isinstance(row.get("tie"), dict) and (row.get("tie") or {}).get("group")))
+    marks = {group: f"={chr(ord('a') + n)}" for n, group in enumerate(groups[:26])}
+    return [{**row, "tie_mark": marks.get((row.get("tie") or {}).get("group") if isinstance(row.get("tie"), dict)
+                                          else None, "")} for row in rows]
 
 
 def plan_section(data: ReportData, figure) -> str:
     if not data.plan_rows:
         return ""
+    rows = _with_tie_marks(data.plan_rows)
+    columns = PLAN_COLUMNS[:1] + [("tie_mark", "tie", "text")] + PLAN_COLUMNS[1:]
     return ('<section id="plan"><h2>Formats compared (plan)</h2>'
-            '<p class="muted">Each row re-runs the same traffic and ceiling arithmetic with the format '
-            'simulated; ranked best first.</p>'
-            f'<div class="chart">{figure}</div>{rows_table("plan-table", data.plan_rows)}</section>')
+            '<p class="muted">Each row prices one format, recipe and vLLM backend with the step model; '
+            'ranked best first. Rows marked with the same =letter are a tie: within the model\'s '
+            'uncertainty of each other, ordered by evidence.</p>'
+            f'<div class="chart">{figure}</div>'
+            f'{columns_table("plan-table", columns, rows, wrap=("serve_command",))}</section>')
 
 
 def compare_section(data: ReportData, figure) -> str:
@@ -366,16 +466,17 @@ def capacity_section(data: ReportData, figure) -> str:
                     if isinstance(t, dict))
     columns = [("concurrency", "num"), ("step ms", "num"), ("aggregate tok/s", "num"), ("per stream tok/s", "num"),
                ("bound", "text"), ("fits", "text")]
-    rows = [[(str(p.get("concurrency")), p.get("concurrency")), (charts.format_tok_s(p.get("step_ms")), p.get("step_ms")),
-             (charts.format_tok_s(p.get("aggregate_tok_s")), p.get("aggregate_tok_s")),
-             (charts.format_tok_s(p.get("per_stream_tok_s")), p.get("per_stream_tok_s")),
+    # rounded as `roofline capacity` prints its curve
+    rows = [[(str(p.get("concurrency")), p.get("concurrency")), (_fixed(p.get("step_ms"), 2), p.get("step_ms")),
+             (_fixed(p.get("aggregate_tok_s"), 1), p.get("aggregate_tok_s")),
+             (_fixed(p.get("per_stream_tok_s"), 2), p.get("per_stream_tok_s")),
              (p.get("bound"), p.get("bound")), ("yes" if p.get("fits") else "no", p.get("fits"))]
             for p in cap.get("curve") or [] if isinstance(p, dict)]
     return ('<section id="capacity"><h2>Capacity and concurrency</h2>'
             f'<p>{esc(cap.get("verdict"))}</p>'
-            f'<p>KV cache size: <b>{esc(kv.get("tokens"))}</b> tokens, maximum concurrency for '
-            f'{esc(kv.get("max_model_len"))} tokens per request: <b>{esc(kv.get("max_concurrency"))}</b>x '
-            '(the two numbers vLLM logs at start-up).</p>'
+            f'<p>KV cache size: <b>{esc(_count(kv.get("tokens")))}</b> tokens, maximum concurrency for '
+            f'{esc(_count(kv.get("max_model_len")))} tokens per request: <b>{esc(_times(kv.get("max_concurrency")))}'
+            '</b> (the two numbers vLLM logs at start-up).</p>'
             f'<ul class="facts">{terms}</ul><div class="chart">{figure}</div>'
             + sortable_table("capacity-table", columns, rows) + "</section>")
 
@@ -394,7 +495,7 @@ def validation_section(data: ReportData) -> str:
                            + (f" — {verdict.replace('_', ' ')}" if verdict else ""))
     listing = "".join(f"<li>{esc(s)}</li>" for s in summary)
     return ('<section id="validation"><h2>Predicted vs measured (validate)</h2>'
-            + (f"<ul>{listing}</ul>" if listing else "") + rows_table("validation-table", rows) + "</section>")
+            + (f"<ul>{listing}</ul>" if listing else "") + columns_table("validation-table", VALIDATION_COLUMNS, rows) + "</section>")
 
 
 # ---------------------------------------------------------------- page
@@ -481,11 +582,17 @@ section.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(17
 .card { background: white; border: 1px solid var(--line); border-radius: 8px; padding: 12px 14px; }
 .card-title { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
 .card-value { font-size: 24px; font-weight: 600; margin: 2px 0; word-break: break-word; }
-.card-detail { color: var(--muted); font-size: 12px; }
+.card-detail { color: var(--muted); font-size: 12px; overflow-wrap: anywhere; }
+code.command { display: block; margin-top: 4px; font-size: 11px; }
+code.command .word { white-space: nowrap; }
+code.command .path { overflow-wrap: anywhere; }
+td.wrap div.wrap { min-width: 20em; }
+td.wrap code.command { margin-top: 0; }
+table.kv .source { color: var(--muted); font-size: 12px; margin-top: 2px; }
 .card.warning { border-color: var(--warn); background: var(--warn-bg); }
 .card.warning .card-value { color: var(--warn); }
 .card.accent .card-value { color: var(--accent); }
-.card.good { border-color: var(--good); }
+.card.good { border-color: var(--good); grid-column: span 2; }
 .card.good .card-value { color: var(--good); font-size: 18px; }
 .subtitle, .muted { color: var(--muted); }
 dl.context { display: flex; flex-wrap: wrap; gap: 4px 20px; margin: 8px 0 0; }
@@ -493,7 +600,7 @@ dl.context div { display: flex; gap: 6px; }
 dl.context dt { color: var(--muted); }
 dl.context dd { margin: 0; }
 .table-wrap { overflow-x: auto; }
-.table-wrap th, .table-wrap td { white-space: nowrap; }
+.table-wrap td.num { white-space: nowrap; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0; font-variant-numeric: tabular-nums; }
 th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
 th.num, td.num { text-align: right; }

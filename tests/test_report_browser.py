@@ -3,7 +3,11 @@ Python client only; no browser download). Every chart must render, the console s
 injected markup stay text, the tables sort; a screenshot is kept in artifacts/."""
 from __future__ import annotations
 
+import json
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ from report_inputs import audit_json, checkpoint_factory, plan_json, validation_
 from roofline.reports import write_audit_report
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+REFERENCE = Path(__file__).resolve().parent / "reference_configs"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 PWNED = "<script>window.__pwned=1</script>"
@@ -173,30 +178,184 @@ def test_compare_section_renders_in_chromium(browser, checkpoint, tmp_path):
 
 
 def test_doctor_and_capacity_sections_render_in_chromium(browser, tmp_path):
-    """`roofline doctor --html` then `roofline capacity --html` into the same report: the waterfall
-    and the curve draw, the tables are there, a model name carrying markup stays text."""
-    import json
-    import subprocess
-    import sys
-
+    """`roofline doctor --html` and `roofline capacity --html`: the waterfall and the curve draw,
+    the tables are there, a model name carrying markup stays text. Another model's section is
+    refused in one line, the report left as it was (one model per report)."""
     repo = Path(__file__).resolve().parent.parent
     capture = json.loads((repo / "examples" / "doctor" / "qwen3-next-nvfp4-eager.capture.json").read_text())
     capture["model"] = "hybrid" + PWNED
     evil = tmp_path / "capture.json"
     evil.write_text(json.dumps(capture))
-    path = tmp_path / "report.html"
-    for args in (["doctor", "--capture", str(evil), "--hardware", "gb10"],
-                 ["capacity", str(repo / "examples" / "Qwen3-8B"), "--hardware", "h100-sxm", "--max-model-len", "4096"]):
-        proc = subprocess.run([sys.executable, "-m", "roofline.cli", *args, "--html", str(path)], capture_output=True,
-                              text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-    page, problems = open_page(browser, path)
-    for chart in ("chart-doctor", "chart-capacity"):
+    doctor_path, capacity_path = tmp_path / "doctor.html", tmp_path / "capacity.html"
+    capacity = ["capacity", str(repo / "examples" / "Qwen3-8B"), "--hardware", "h100-sxm", "--max-model-len", "4096"]
+    assert cli("doctor", "--capture", str(evil), "--hardware", "gb10", "--html", str(doctor_path)).returncode == 0
+    before = doctor_path.read_bytes()
+    refused = cli(*capacity, "--html", str(doctor_path))
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "second model" in refused.stderr
+    assert doctor_path.read_bytes() == before
+    assert cli(*capacity, "--html", str(capacity_path)).returncode == 0
+    for path, chart, table, rows in ((doctor_path, "chart-doctor", "#doctor-table", 4),
+                                     (capacity_path, "chart-capacity", "#capacity-table", 9)):
+        page, problems = open_page(browser, path)
         page.wait_for_selector(f"#{chart} .main-svg", timeout=30_000)
-    assert page.locator("#doctor-table tbody tr").count() == 4
-    assert page.locator("#capacity-table tbody tr").count() == 9
-    assert "hybrid" + PWNED in page.inner_text("#doctor")  # text, not markup
-    assert page.evaluate("typeof window.__pwned") == "undefined"
-    assert "KV cache size:" in page.inner_text("#capacity")
+        assert page.locator(f"{table} tbody tr").count() == rows
+        if chart == "chart-doctor":
+            assert "hybrid" + PWNED in page.inner_text("#doctor")  # text, not markup
+            assert page.evaluate("typeof window.__pwned") == "undefined"
+        else:
+            assert "KV cache size:" in page.inner_text("#capacity")
+        assert problems == []
+        page.close()
+
+
+# ------------------------------------------------------------------ charts and tables that tell the truth
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "roofline.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+# every drawn chart: each axis's range against the points and bars drawn on it (lines that run on
+# past the points are not data); in data units (log axes: the exponent). Bars start at zero.
+AXES_JS = """id => {
+    const div = document.getElementById(id);
+    const layout = div._fullLayout;
+    const out = [];
+    for (const name of ['xaxis', 'yaxis']) {
+        const axis = layout[name];
+        const letter = name[0];
+        const values = [];
+        for (const trace of div._fullData) {
+            if (trace.visible !== true) continue;
+            const drawn = trace.type === 'bar' || trace.type === 'waterfall' ||
+                          (trace.mode || '').includes('markers');
+            if (!drawn) continue;
+            const along = trace.type === 'bar' && trace.orientation === 'h' ? 'x' : 'y';
+            if (trace.type === 'bar' && letter !== along) continue;
+            if (trace.type === 'waterfall' && letter === 'y') {  // its bars end at the running sum
+                let running = 0;
+                trace.y.forEach((v, i) => {
+                    const measure = (trace.measure || [])[i];
+                    running = measure === 'absolute' ? v : measure === 'total' ? running : running + v;
+                    values.push(running);
+                });
+            } else {
+                for (const v of trace[letter] || []) if (typeof v === 'number' && isFinite(v)) values.push(v);
+            }
+            if (trace.type === 'bar' || trace.type === 'waterfall') values.push(0);
+        }
+        if (!values.length || axis.type === 'category') continue;
+        const conv = axis.type === 'log' ? (v => Math.log10(v)) : (v => v);
+        const data = values.filter(v => axis.type !== 'log' || v > 0).map(conv);
+        out.push({axis: name, type: axis.type, range: axis.range.slice(),
+                  lo: Math.min(...data), hi: Math.max(...data)});
+    }
+    return out;
+}"""
+
+# elements that reach past their card or section (charts draw inside their own SVG)
+OVERFLOW_JS = """() => {
+    const bad = [];
+    for (const box of document.querySelectorAll('section, .card')) {
+        const right = box.getBoundingClientRect().right + 1;
+        for (const el of box.querySelectorAll('*')) {
+            if (el.closest('.js-plotly-plot') || el.closest('details:not([open])')) continue;
+            const wrap = el.closest('.table-wrap');
+            if (wrap && wrap.scrollWidth > wrap.clientWidth + 1) { bad.push('scrolls: ' + (wrap.querySelector('table') || {}).id); break; }
+            if (el.getBoundingClientRect().right > right) { bad.push((box.id || box.className) + ': ' + el.tagName + ' ' + el.textContent.slice(0, 60)); break; }
+        }
+    }
+    if (document.documentElement.scrollWidth > window.innerWidth) bad.push('page wider than the window');
+    return bad;
+}"""
+
+RAW_FLOAT = re.compile(r"(?<![\d:.])\d+\.\d{4,}")  # not an arXiv id (arXiv:2504.11750)
+FIELD_NAME = re.compile(r"\b[a-z]+_(?:tok_s|bytes|gb|ms|ratio)\b|\btok s\b")
+
+
+def truth_problems(page) -> list[str]:
+    """What the issue found wrong on the report pages, as checks: axis ranges outside or far past
+    the data, text outside its card, raw floats and field names in tables, cards and chart text."""
+    problems = page.evaluate(OVERFLOW_JS)
+    for chart in page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => d.id)"):
+        for axis in page.evaluate(AXES_JS, chart):
+            lo, hi = sorted(axis["range"])
+            span = max(axis["hi"] - axis["lo"], 1e-9)
+            if lo > axis["lo"] + 1e-9 or hi < axis["hi"] - 1e-9:
+                problems.append(f"{chart} {axis['axis']}: range {axis['range']} cuts the data {axis['lo']}..{axis['hi']}")
+            slack = 0.3 if axis["type"] == "log" else 0.15 * span  # a log axis: a factor of two at most
+            if lo < axis["lo"] - slack - 1e-9 or hi > axis["hi"] + slack + 1e-9:
+                problems.append(f"{chart} {axis['axis']}: range {axis['range']} runs far past the data "
+                                f"{axis['lo']}..{axis['hi']}")
+    texts = page.evaluate("""() => [
+        ...Array.from(document.querySelectorAll('td, th, .card-value, .card-detail, .js-plotly-plot text'))
+            .map(e => e.textContent)]""")
+    for t in texts:
+        if RAW_FLOAT.search(t) or FIELD_NAME.search(t):
+            problems.append(f"raw value or field name: {t[:80]!r}")
+    return problems
+
+
+def test_report_sections_tell_the_truth_in_chromium(browser, tmp_path):
+    """One report as a user builds it (audit, plan, capacity, validate of one quantized checkpoint),
+    a compare report and a doctor report, checked in Chromium: axis ranges within the data's, one
+    bar per plan row, nothing past its card, numbers rounded as the terminal rounds them, the
+    expected and eager points on the step model's curves."""
+    model = str(REFERENCE / "nvidia__Qwen3-30B-A3B-NVFP4")
+    report, compared, doctor = tmp_path / "report.html", tmp_path / "compare.html", tmp_path / "doctor.html"
+    for args in (["audit", model], ["plan", model], ["capacity", model], ["validate", model, "--measured", "58"]):
+        proc = cli(*args, "--html", str(report), "--record", str(tmp_path / "record.jsonl")) if args[0] == "validate" \
+            else cli(*args, "--html", str(report))
+        assert proc.returncode == 0, proc.stderr
+    repo = Path(__file__).resolve().parent.parent
+    assert cli("compare", *map(str, sorted((repo / "examples" / "compare").iterdir())), "--html", str(compared)).returncode == 0
+    assert cli("doctor", "--capture", str(repo / "examples" / "doctor" / "qwen3-next-nvfp4-eager.capture.json"),
+               "--hardware", "gb10", "--html", str(doctor)).returncode == 0
+    plan_text = cli("plan", model).stdout
+    capacity_text = cli("capacity", model).stdout
+
+    page, problems = open_page(browser, report)
+    for chart in ("chart-layers", "chart-roofline", "chart-plan", "chart-capacity"):
+        page.wait_for_selector(f"#{chart} .main-svg", timeout=30_000)
+    assert truth_problems(page) == []
+    # the plan chart: one bar per table row in each series, in the table's order
+    rows = page.locator("#plan-table tbody tr").count()
+    bars = page.evaluate("""() => document.getElementById('chart-plan')._fullData.map(t => t.y)""")
+    assert rows >= 10 and all(len(y) == rows and len(set(y)) == rows for y in bars), (rows, bars)
+    # the terminal's figures: plan's 1-stream tok/s and capacity's curve, cell for cell
+    terminal_plan = [line.split() for line in plan_text.splitlines() if re.match(r"\s+\d+(=[a-z])?\s{2}", line)]
+    html_plan = page.evaluate("""() => Array.from(document.querySelectorAll('#plan-table tbody tr'))
+        .map(r => Array.from(r.cells).map(c => c.textContent))""")
+    assert [r[5] for r in html_plan] == [next(w for w in r if re.fullmatch(r"\d+\.\d", w)) for r in terminal_plan]
+    assert [r[2] for r in html_plan][:3] == [re.split(r"\s{2,}", line.strip())[1] for line in plan_text.splitlines()
+                                             if re.match(r"\s+\d+(=[a-z])?\s{2}", line)][:3]
+    terminal_curve = [line.split() for line in capacity_text.splitlines() if re.fullmatch(
+        r"\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+\w+\s+\w+", line)]
+    html_curve = page.evaluate("""() => Array.from(document.querySelectorAll('#capacity-table tbody tr'))
+        .map(r => Array.from(r.cells).map(c => c.textContent.replace(/,/g, '')))""")
+    assert [r[:4] for r in html_curve] == [r[:4] for r in terminal_curve] and len(html_curve) >= 5
+    # the audit's expected and eager points lie on the curves the legend names for them
+    on_curve = page.evaluate("""() => {
+        const data = document.getElementById('chart-roofline')._fullData;
+        const find = prefix => data.find(t => t.name.startsWith(prefix));
+        const at = (curve, x) => {  // log-log interpolation
+            for (let i = 1; i < curve.x.length; i++) if (curve.x[i] >= x) {
+                const f = Math.log(x / curve.x[i - 1]) / Math.log(curve.x[i] / curve.x[i - 1]);
+                return Math.exp(Math.log(curve.y[i - 1]) + f * Math.log(curve.y[i] / curve.y[i - 1]));
+            }
+        };
+        return [['this audit: expected', 'expected:'], ['this audit: eager', 'eager:']].map(([point, curve]) => {
+            const p = find(point), c = find(curve);
+            return [p.y[0], at(c, p.x[0])];
+        });
+    }""")
+    assert len(on_curve) == 2 and all(abs(y / on - 1) < 0.01 for y, on in on_curve), on_curve
     assert problems == []
     page.close()
+
+    for path, charts_drawn in ((compared, ("chart-compare",)), (doctor, ("chart-doctor", "chart-roofline"))):
+        page, problems = open_page(browser, path)
+        for chart in charts_drawn:
+            page.wait_for_selector(f"#{chart} .main-svg", timeout=30_000)
+        assert truth_problems(page) == [], path.name
+        assert problems == []
+        page.close()
