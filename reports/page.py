@@ -132,10 +132,10 @@ def sortable_table(table_id: str, columns: list[tuple[str, str]], rows: list[lis
             value = "" if sort_value is None else sort_value
             if isinstance(value, float) and not math.isfinite(value):
                 value = ""
-            klass = f"{kind} wrap" if index in wrap_columns else kind
+            cell_class = f"{kind} wrap" if index in wrap_columns else kind
             content = (f'<div class="wrap">{command_html(str(shown).split())}</div>' if index in wrap_columns and shown
                        else esc(shown))
-            cells.append(f'<td class="{klass}" data-value="{esc(value)}">{content}</td>')
+            cells.append(f'<td class="{cell_class}" data-value="{esc(value)}">{content}</td>')
         body.append(f"<tr{klass}>{''.join(cells)}</tr>")
     return (f'<table class="sortable" id="{esc(table_id)}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>')
