@@ -165,6 +165,26 @@ def test_compare_fits_the_terminal_and_wide_shows_every_column():
     assert "vLLM backend" in piped.stdout and "left out" not in piped.stdout  # a pipe gets every column
 
 
+def test_plan_and_capacity_fit_the_terminal():
+    """Every line within $COLUMNS but the serve line (kept whole, to be copied); the ranking and the
+    curve survive; --wide keeps every column of plan's table."""
+    for args in (("plan", "examples/Qwen3-8B"), ("plan", "examples/Qwen3-8B", "--concurrency", "8"),
+                 ("capacity", "examples/Qwen3-8B", "--hardware", "h100-sxm")):
+        narrow = roofline(*args, env={"COLUMNS": "80"})
+        assert narrow.returncode == 0, narrow.stderr
+        long = [line for line in narrow.stdout.splitlines() if len(line) > 80 and "vllm serve" not in line]
+        assert long == [], (args, long)
+        if args[0] == "plan":
+            assert any(line.split()[:2] == ["1=a", "NVFP4"] or line.split()[:1] == ["1"]
+                       for line in narrow.stdout.splitlines())
+            wide = roofline(*args, "--wide", env={"COLUMNS": "80"})
+            heading = next(line for line in wide.stdout.splitlines() if line.strip().startswith("#  format"))
+            assert all(column in heading for column in ("bound", "resident", "total @"))
+            assert "left out" not in wide.stdout
+        else:
+            assert sum(1 for line in narrow.stdout.splitlines() if line.strip().startswith(("1 ", "256 "))) == 2
+
+
 def test_each_tie_is_marked_as_its_own_group_within_the_stated_tolerance():
     import re
 
@@ -218,3 +238,18 @@ def test_progress_on_a_terminal_and_silence_with_quiet_or_a_pipe(tmp_path):
     assert code == 0 and quiet.strip() == "", quiet
     piped = roofline("audit", config, "--no-cache", env=env)
     assert piped.returncode == 0 and piped.stderr == ""
+    # calibrate: each kernel as it is timed, on a terminal only
+    calibrate = ("calibrate", "--device", "cpu", "--size-mb", "16", "--repetitions", "2")
+    code, shown = _stderr_on_a_terminal(*calibrate, env=env)
+    assert code == 0 and "copy" in shown.lower(), shown
+    code, quiet = _stderr_on_a_terminal(*calibrate, "-q", env=env)
+    assert code == 0 and quiet.strip() == "", quiet
+    piped = roofline(*calibrate, env=env)
+    assert piped.returncode == 0 and piped.stderr == "" and "achievable bandwidth" in piped.stdout
+    # capture: vLLM's log is hidden, so the load is announced (here a folder vLLM refuses, quickly)
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    code, shown = _stderr_on_a_terminal("capture", empty, "-o", tmp_path / "c.json", env=env)
+    assert code == 1 and "capture: vLLM loads" in shown and "error: vLLM failed to start" in shown, shown
+    code, quiet = _stderr_on_a_terminal("capture", empty, "-o", tmp_path / "c.json", "-q", env=env)
+    assert code == 1 and "capture: vLLM loads" not in quiet and quiet.strip().startswith("error:"), quiet

@@ -6,6 +6,7 @@ import click
 from roofline.errors import RooflineError
 
 from . import types
+from .options import quiet_option
 from .output import echo, print_json
 
 
@@ -23,6 +24,7 @@ from .output import echo, print_json
 @click.option("--efficiency", type=types.EFFICIENCY, default=0.75, show_default=True,
               help="Saved entry: prior share of the roof a decode engine reaches on this host.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@quiet_option
 def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, name, efficiency, as_json):
     """Measure this host's achievable memory bandwidth (large copy and GEMV), so a CPU or GPU
     host can be validated against its own roof. The roof is the best kernel's best repetition."""
@@ -35,7 +37,10 @@ def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, na
     if save_key:
         save_key = check_key(save_key)
     check_name(name)
-    progress = None if as_json else (lambda message: echo(message, err=True))
+    from roofline.progress import shown as progress_shown
+
+    # each kernel as it is timed, on stderr: a terminal only, never with --quiet (or --json's stdout)
+    progress = (lambda message: echo(message, err=True)) if progress_shown() else None
     calibration = measure(device=device, buffer_mb=buffer_mb, repetitions=repetitions, threads=threads,
                           progress=progress)
     payload = calibration.to_json()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from . import types
+from .options import quiet_option
 from .output import echo
 
 
@@ -17,6 +18,7 @@ from .output import echo
 @click.option("--tp", type=types.TP_RANKS, default=None,
               help="Tensor-parallel ranks (vLLM's --tensor-parallel-size); one record per rank, merged.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream vLLM's output.")
+@quiet_option
 def command(model, vllm_args, out, timeout, tp, verbose):
     """Load MODEL in vLLM (offline engine) with the roofline plugin, record what every worker
     (each TP / PP rank) loaded: per module the quant method, scheme, chosen kernels and every
@@ -37,6 +39,13 @@ def command(model, vllm_args, out, timeout, tp, verbose):
         if any(a == "--tensor-parallel-size" or a.startswith(("--tensor-parallel-size=", "-tp")) for a in vllm_args):
             raise RooflineError("give the TP size once: --tp or vLLM's --tensor-parallel-size after --")
         vllm_args += ["--tensor-parallel-size", str(tp)]
-    result = run_capture(model, vllm_args, out, timeout=timeout, verbose=verbose)
+    from contextlib import nullcontext
+
+    from roofline.progress import step
+
+    # vLLM's own output is hidden unless --verbose: say what is happening while it loads (minutes)
+    with nullcontext() if verbose else step(f"capture: vLLM loads {model} with the roofline plugin "
+                                            "(its log: --verbose)"):
+        result = run_capture(model, vllm_args, out, timeout=timeout, verbose=verbose)
     echo(f"wrote {result.path}: {result.world_size} rank(s), {result.modules} modules "
                f"({result.seconds:.0f} s)")

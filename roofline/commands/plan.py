@@ -54,11 +54,12 @@ def _split(value: str, what: str) -> list[str]:
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None,
               help="Validation record whose measurements break near-ties (default: `roofline validate`'s "
                    "record in the user data folder, or $ROOFLINE_RECORD, when it exists).")
+@click.option("--wide", is_flag=True, help="Every column, however wide the terminal ($COLUMNS or its width).")
 @click.option("--json", "as_json", is_flag=True, help="Print the simulation and the ranked rows as JSON.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Add the format comparison to this HTML report (written by `audit --html`), or write one.")
 def command(model, revision, config_only, no_cache, trust_remote_code, formats, recipes, hardware_name, bandwidth, concurrency,
-            context, kv_cache_dtype, memory_budget, tp, link, boxes, gpus, network, top, record_path, as_json,
+            context, kv_cache_dtype, memory_budget, tp, link, boxes, gpus, network, top, record_path, wide, as_json,
             html_path):
     """Simulate quantization formats on MODEL (a checkpoint folder, a hub id, or a folder with
     only config.json) and recommend format, recipe, vLLM backend and flags for a device and a
@@ -115,7 +116,7 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
     else:
         from roofline.render.plan import render_plan
 
-        echo(render_plan(plan, top=top))
+        echo(render_plan(plan, top=top, wide=wide))
         if html_path:
             echo(f"report: {html_path}")
 

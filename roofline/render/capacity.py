@@ -3,30 +3,34 @@ from __future__ import annotations
 
 from roofline.units import human_bytes
 
-from .text import text_table
+from .text import terminal_width, text_table, wrapped
 
 
 def render_capacity(payload: dict) -> str:
+    """Lines longer than the terminal ($COLUMNS or its width) wrap; the curve's table is narrow."""
     kv, request = payload["kv_cache"], payload["request"]
+    width = terminal_width()
     lines = [f"capacity: {payload['model']} on {payload['hardware']['name']}, max_model_len {request['max_model_len']:,}, "
              f"KV {request['kv_cache_dtype']}"]
     lines.append("  memory for the KV cache:")
     for name, term in payload["memory_terms"].items():
         sign = "" if name in ("requested", "kv_cache") else "- "
-        lines.append(f"    {sign + name:<20} {human_bytes(term['bytes']):>11}  ({term['kind']}: {term['source']})")
+        lines += wrapped(f"{sign + name:<20} {human_bytes(term['bytes']):>11}  ({term['kind']}: {term['source']})",
+                         width, "    ", " " * 35)
     groups = ", ".join(f"{g['layers']} {g['kind']}" for g in kv["groups"])
-    lines.append(f"  KV cache: block {kv['block_size']} tokens, page {human_bytes(kv['page_size_bytes'])}, "
-                 f"groups [{groups}], {kv['num_blocks']:,} blocks of {human_bytes(kv['bytes_per_block'])}")
-    lines.append(f"  KV cache size: {kv['tokens']:,} tokens, Maximum concurrency for {kv['max_model_len']:,} tokens "
-                 f"per request: {kv['max_concurrency']:.2f}x   (as vLLM logs it)")
-    lines.append(f"  decode curve at {payload['context']:,} tokens of context (prompt {request['prompt_len']} + "
-                 f"output {request['output_len']} / 2), routing {request['routing']}; TTFT {payload['ttft_ms']:.1f} ms:")
+    lines += wrapped(f"KV cache: block {kv['block_size']} tokens, page {human_bytes(kv['page_size_bytes'])}, "
+                     f"groups [{groups}], {kv['num_blocks']:,} blocks of {human_bytes(kv['bytes_per_block'])}", width, "  ")
+    lines += wrapped(f"KV cache size: {kv['tokens']:,} tokens, Maximum concurrency for {kv['max_model_len']:,} tokens "
+                     f"per request: {kv['max_concurrency']:.2f}x   (as vLLM logs it)", width, "  ")
+    lines += wrapped(f"decode curve at {payload['context']:,} tokens of context (prompt {request['prompt_len']} + "
+                     f"output {request['output_len']} / 2), routing {request['routing']}; TTFT {payload['ttft_ms']:.1f} ms:",
+                     width, "  ")
     rows = [["concurrency", "step ms", "aggregate tok/s", "per stream", "bound", "fits"]]
     for p in payload["curve"]:
         rows.append([str(p["concurrency"]), f"{p['step_ms']:.2f}", f"{p['aggregate_tok_s']:.1f}",
                      f"{p['per_stream_tok_s']:.2f}", p["bound"] + (" <- knee" if p["concurrency"] == payload["knee_concurrency"] else ""),
                      "yes" if p["fits"] else "no"])
     lines += ["    " + line for line in text_table(rows, right={0, 1, 2, 3})]
-    lines.append(f"  {payload['verdict']}")
-    lines += [f"  note: {note}" for note in payload["notes"]]
+    lines += wrapped(payload["verdict"], width, "  ")
+    lines += [line for note in payload["notes"] for line in wrapped(f"note: {note}", width, "  ")]
     return "\n".join(lines)

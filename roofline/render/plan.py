@@ -5,7 +5,16 @@ from roofline.advise.ties import tolerance
 from roofline.model.formats import format_label
 from roofline.units import human_bytes
 
-from .text import terminal_width, text_table, wrapped
+from .text import fitted_table, terminal_width, wrapped
+
+
+def _drop_first(concurrency: int) -> list[str]:
+    """Columns of the ranked table left out first when it is wider than the terminal (--wide keeps
+    them): at one stream the total is the stream's figure again; at more, the total ranks and the
+    single-stream figure goes last."""
+    if concurrency == 1:
+        return [f"total @{concurrency}", "bound", "resident"]
+    return ["bound", "resident", "1-stream tok/s"]
 
 
 def tie_labels(recommendations) -> dict[int, str]:
@@ -19,54 +28,64 @@ def _tie_span(label: str, members, workload) -> str:
     return f"{label} {min(values):.1f}-{max(values):.1f} tok/s"
 
 
-def render_plan(plan, top: int = 12) -> str:
+def render_plan(plan, top: int = 12, wide: bool = False) -> str:
+    """Fitted to the terminal ($COLUMNS or its width): the least telling columns left out and named,
+    long lines wrapped; `wide` keeps every column. Serve lines stay whole, to be copied."""
     inv, hw, w = plan.inventory, plan.hardware, plan.workload
-    lines = [
+    width = None if wide else terminal_width()
+    heading = [
         f"{inv.model_id}  ({inv.shape.architecture}, source: {inv.source})",
         f"hardware: {hw.name}, {hw.bandwidth_gbps:g} GB/s, SM {hw.compute_capability}, "
         f"efficiency {hw.efficiency:.2f} ({hw.efficiency_kind})",
         f"workload: {w.concurrency} concurrent x {w.context} tokens"
         f"{f', TP={w.tp}' if w.tp > 1 else ''}"
         f"{f', memory budget {w.memory_budget_gb:g} GB' if w.memory_budget_gb else ''}",
-        "",
-        "simulated formats (single stream):",
     ]
+    lines = [line for text in heading for line in wrapped(text, width)] + ["", "simulated formats (single stream):"]
     rows = [["recipe", "format", "weights", "bytes/token", "ceiling tok/s", "expected tok/s"]]
     for s in plan.simulated:
         rows.append([s.recipe, format_label(s.format), human_bytes(s.weight_bytes), human_bytes(s.bytes_per_token),
                      f"{s.ceiling_tok_s:.1f}", f"{s.expected_tok_s:.1f}"])
-    lines += ["  " + line for line in text_table(rows, {2, 3, 4, 5})]
-    lines += ["", f"ranked for {w.concurrency} concurrent sequence{'s' if w.concurrency > 1 else ''}:"]
-    rows = [["#", "format", "recipe", "backend", "1-stream tok/s", f"total tok/s @{w.concurrency}", "bound",
-             "resident", "fits"]]
+    table, dropped_simulated = fitted_table(rows, {2, 3, 4, 5}, width, ["weights", "ceiling tok/s"], indent=2)
+    lines += ["  " + line for line in table]
+    lines += ["", f"ranked for {w.concurrency} concurrent sequence{'s' if w.concurrency > 1 else ''}"
+                  f"{f' (total @{w.concurrency}: tok/s of all {w.concurrency} together)' if w.concurrency > 1 else ''}:"]
+    # at one stream the stream's tok/s is the figure: its heading need not say so
+    rows = [["#", "format", "recipe", "backend", "tok/s" if w.concurrency == 1 else "1-stream tok/s",
+             f"total @{w.concurrency}", "bound", "resident", "fits"]]
     groups = tie_labels(plan.recommendations[:top])
     for r in plan.recommendations[:top]:
         rows.append([f"{r.rank}{groups.get(r.tie_group, '')}", format_label(r.format), r.recipe, r.backend.name,
                      f"{r.single_stream_tok_s:.1f}",
                      f"{r.aggregate_tok_s:.0f}", r.aggregate_bound, f"{r.resident_gb:.1f} GB",
                      "yes" if r.fits else "NO"])
-    lines += ["  " + line for line in text_table(rows, {0, 4, 5, 7})]
+    table, dropped = fitted_table(rows, {0, 4, 5, 7}, width, _drop_first(w.concurrency), indent=2)
+    lines += ["  " + line for line in table]
+    dropped = dropped_simulated + dropped
+    if dropped:
+        lines += wrapped(f"({', '.join(dropped)} left out to fit the terminal; --wide shows every column)", width,
+                         "  ", " ")
     if groups:
         tol, _ = tolerance()
         spans = "; ".join(_tie_span(label, [r for r in plan.recommendations[:top] if r.tie_group == group], w)
                           for group, label in groups.items())
         lines += wrapped(f"{', '.join(groups.values())}: ties, each within {100 * tol:.0f}% of its best row (the "
-                         f"model's uncertainty), ordered by evidence ({spans})", terminal_width(), "  ")
+                         f"model's uncertainty), ordered by evidence ({spans})", width, "  ")
     best = plan.top
     if best is not None:
         lines += ["", f"top pick: {format_label(best.format)}, recipe {best.recipe}, {best.backend.name}"]
         if plan.pick_change():
-            lines.append(f"  ! {plan.pick_change()}")
-        lines += [f"  - {reason}" for reason in best.reasons]
+            lines += wrapped(f"! {plan.pick_change()}", width, "  ")
+        lines += [line for reason in best.reasons for line in wrapped(f"- {reason}", width, "  ")]
         if best.quantize_with:
-            lines.append(f"  quantize with: {best.quantize_with}")
+            lines += wrapped(f"quantize with: {best.quantize_with}", width, "  ")
         lines += ["", "  " + best.serve_command()]
         others = [r for r in plan.recommendations[1:4] if r.format != best.format]
         for r in others[:2]:
             lines += ["", f"#{r.rank} {format_label(r.format)} ({r.recipe}, {r.backend.name}):"]
-            lines += [f"  - {reason}" for reason in r.reasons[:3]]
+            lines += [line for reason in r.reasons[:3] for line in wrapped(f"- {reason}", width, "  ")]
     for note in plan.notes:
-        lines.append(f"note: {note}")
+        lines += wrapped(f"note: {note}", width)
     for note in inv.disagreements:
-        lines.append(f"! tensors vs config: {note}")
+        lines += wrapped(f"! tensors vs config: {note}", width)
     return "\n".join(lines)
