@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.UsageError as exc:
         # one line, like every other error: which option, what is wrong, where help is
         command = exc.ctx.command_path if exc.ctx is not None else "roofline"
+        args = sys.argv[1:] if argv is None else list(argv)
+        if command == "roofline" and args and args[0] in COMMANDS:  # an option's value missing: its command's help
+            command = f"roofline {args[0]}"
         if isinstance(exc, click.NoSuchOption):
             _suggest_option(exc)
         click.echo(f"error: {printable(redact_url(exc.format_message()), 2000)} (see '{command} --help')", err=True)

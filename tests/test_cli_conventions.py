@@ -73,6 +73,8 @@ def test_an_unknown_hardware_key_is_one_line():
     (["capcity"], "Did you mean 'capacity'?"),
     (["zzz"], "Commands: audit, plan"),
     (["audit", "examples/Qwen3-8B", "--hw", "gb10"], "No such option: --hw. Did you mean '--hardware'?"),
+    (["audit", "examples/Qwen3-8B", "--hardware"], "requires an argument. (see 'roofline audit --help')"),
+    (["plan", "examples/Qwen3-8B", "--concurrency"], "requires an argument. (see 'roofline plan --help')"),
 ])
 def test_mistyped_commands_and_options_get_a_suggestion(args, needle):
     proc = roofline(*args)
