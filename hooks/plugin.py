@@ -220,16 +220,24 @@ def write_rank_record(out: str, record: dict) -> None:
     with open(out + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stem = out[:-5] if out.endswith(".json") else out
-        ranks = []
-        for path in sorted(glob.glob(glob.escape(stem) + ".rank*.json")):
+        # every rank of this run known so far: those already merged into `out` (a rank that merged
+        # last removed the parts, its own and this one's, before this rank got the lock), the parts
+        # on disk, and this rank's own record
+        by_rank: dict = {}
+        sources = [out] + sorted(glob.glob(glob.escape(stem) + ".rank*.json"))
+        for path in sources:
             try:
                 with open(path) as f:
                     other = json.load(f)
             except (OSError, ValueError):
                 continue
-            if other.get("run_id") == record.get("run_id"):
-                ranks.append(other)
-        ranks.sort(key=lambda r: r.get("rank", 0))
+            if not isinstance(other, dict) or other.get("run_id") != record.get("run_id"):
+                continue
+            for rank_record in (other.get("ranks") or []) if path == out else [other]:
+                if isinstance(rank_record, dict):
+                    by_rank[rank_record.get("rank")] = rank_record
+        by_rank[record.get("rank")] = record
+        ranks = sorted(by_rank.values(), key=lambda r: r.get("rank", 0))
         world = int(record.get("world_size") or 1)
         complete = len({r.get("rank") for r in ranks}) >= world
         merged = {

@@ -386,6 +386,25 @@ def test_rank_parts_read_without_merged_file(tp2, tmp_path):
         inventory_from_capture(str(stem) + ".json")
 
 
+def test_a_rank_that_merges_after_the_complete_merge_keeps_every_rank(tp2, tmp_path):
+    """Both ranks write their parts; rank 1 takes the lock first, merges both and removes the parts;
+    then rank 0 merges: the merged file must still hold both ranks (it once held none, when rank
+    0 found no parts left: the TP=2 capture then failed with "capture holds no rank records")."""
+    from hooks.plugin import _atomic_write, part_path, write_rank_record
+    from roofline.sources.capture import inventory_from_capture
+
+    raw = json.loads(tp2["capture"].read_text())
+    out = str(tmp_path / "capture.json")
+    first, second = raw["ranks"]
+    _atomic_write(part_path(out, first["rank"]), first)  # rank 0's part is on disk, its merge waits
+    write_rank_record(out, second)  # rank 1 merges both: complete, parts removed
+    assert not os.path.exists(part_path(out, first["rank"]))
+    write_rank_record(out, first)  # rank 0's merge comes last
+    merged = json.loads(Path(out).read_text())
+    assert merged["complete"] and [r["rank"] for r in merged["ranks"]] == [0, 1]
+    assert inventory_from_capture(out).weight_bytes == _live(tp2["capture"]).weight_bytes
+
+
 # ---------------------------------------------------------------- Qwen3-Next (GDN + MoE)
 
 def test_next_forced_unquantized_modules(next_capture):
