@@ -84,14 +84,20 @@ class Capacity:
     fit_concurrency: int  # requests at the curve's context that the KV cache and max_num_seqs admit
     recommended_kv_cache_memory_bytes: int | None = None  # unified-memory boxes
     notes: list[str] = field(default_factory=list)
+    kv_cache_dtype_resolved: str = ""  # the KV dtype the cache is sized at ("auto" resolved as vLLM does)
 
     def verdict(self) -> str:
-        best = max(self.curve, key=lambda p: p.aggregate_tok_s) if self.curve else None
+        """The summary of the table beneath it: a peak only among the concurrencies that fit."""
+        fitting = [p for p in self.curve if p.fits]
+        best = max(fitting, key=lambda p: p.aggregate_tok_s) if fitting else None
         text = (f"{self.kv.tokens:,} KV tokens: {self.kv.max_concurrency:.2f} requests of {self.kv.max_model_len:,} "
                 f"tokens, {self.fit_concurrency} of {self.context:,}")
         if best is not None:
             text += (f"; decode peaks at {best.aggregate_tok_s:.0f} tok/s aggregate at concurrency {best.concurrency} "
                      f"({best.per_stream_tok_s:.1f} per stream)")
+        elif self.curve:
+            text += (f"; none of the concurrencies asked for fits (at most {self.fit_concurrency} requests run at "
+                     f"once)")
         if self.knee_concurrency:
             text += f"; compute-bound from concurrency {self.knee_concurrency}"
         return text
@@ -102,7 +108,8 @@ class Capacity:
             "schema": SCHEMA, "model": self.model_id,
             "hardware": {"key": hw.key, "name": hw.name, "bandwidth_gbps": hw.bandwidth_gbps,
                          "memory_gb": hw.memory_gb, "tensor_tflops": dict(hw.tensor_tflops)},
-            "request": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.request.__dict__.items()},
+            "request": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.request.__dict__.items()}
+            | {"kv_cache_dtype_resolved": self.kv_cache_dtype_resolved},
             "memory_terms": {t.name: {"bytes": t.bytes, "kind": t.kind, "source": t.source} for t in self.memory_terms},
             "kv_cache": self.kv.to_json(),
             "context": self.context, "fit_concurrency": self.fit_concurrency,
@@ -239,4 +246,5 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                      "instead of trusting vLLM's profile here")
     return Capacity(model_id=inventory.model_id, hardware=hardware, request=request, memory_terms=terms, kv=kv,
                     curve=curve, knee_concurrency=knee, ttft_ms=ttft * 1e3, context=context, fit_concurrency=fit,
-                    recommended_kv_cache_memory_bytes=recommended, notes=notes)
+                    recommended_kv_cache_memory_bytes=recommended, notes=notes,
+                    kv_cache_dtype_resolved=traffic_kv.kv_dtype)

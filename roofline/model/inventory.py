@@ -45,6 +45,9 @@ class QuantSummary:
     algo: str = ""  # e.g. NVFP4, FP8, MIXED_PRECISION, nvfp4-pack-quantized
     kv_cache: str = ""  # e.g. FP8 when the checkpoint ships KV-cache scales
     config_file: str = ""  # config.json / hf_quant_config.json
+    # what vLLM runs for --kv-cache-dtype auto by the checkpoint's word ("fp8_e4m3", "fp8"); "": the
+    # model's dtype (quant_config.vllm_auto_kv_dtype)
+    auto_kv_cache_dtype: str = ""
 
 
 @dataclass

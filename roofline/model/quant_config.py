@@ -58,6 +58,7 @@ class QuantConfig:
     algo: str = ""
     kv_cache: str = ""
     config_file: str = "config.json"
+    auto_kv_cache_dtype: str = ""  # what vLLM runs for --kv-cache-dtype auto (vllm_auto_kv_dtype)
     # ordered (matcher, scheme) pairs; first match wins
     groups: list[tuple["Matcher", Scheme]] = field(default_factory=list)
     ignore: "Matcher | None" = None
@@ -79,7 +80,7 @@ class QuantConfig:
 
     def summary(self) -> QuantSummary:
         return QuantSummary(method=self.method, algo=self.algo, kv_cache=self.kv_cache,
-                            config_file=self.config_file)
+                            config_file=self.config_file, auto_kv_cache_dtype=self.auto_kv_cache_dtype)
 
 
 # --------------------------------------------------------------------------- matchers
@@ -269,6 +270,7 @@ def parse_quant_config(config: dict, hf_quant_config: dict | None = None) -> tup
             notes.extend(_compare(primary, secondary))
     if primary is not None:
         primary.unquantized_roles = vllm_unquantized_roles(config)
+        primary.auto_kv_cache_dtype = vllm_auto_kv_dtype(config, hf_quant_config)
     return primary, notes
 
 
@@ -313,3 +315,50 @@ def without_quantization(config: dict) -> dict:
     if isinstance(inner, dict) and "quantization_config" in inner:
         out["text_config"] = {k: v for k, v in inner.items() if k != "quantization_config"}
     return out
+
+
+# --------------------------------------------------------------------------- KV cache dtype "auto"
+
+# vLLM's names for the KV dtype a ModelOpt checkpoint states (vllm/utils/torch_utils.py
+# MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP, vLLM 0.32)
+MODELOPT_KV_DTYPES = {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}
+# ModelOpt quant_algo values vLLM's config conversion maps to its quant_method
+# (vllm/transformers_utils/model_arch_config_convertor.py, vLLM 0.32)
+MODELOPT_METHODS = {"FP8": "modelopt", "FP8_PER_CHANNEL_PER_TOKEN": "modelopt", "FP8_PB_WO": "modelopt",
+                    "NVFP4": "modelopt_fp4"}
+
+
+def vllm_auto_kv_dtype(config: dict, hf_quant_config: dict | None = None) -> str:
+    """What vLLM 0.32 runs for --kv-cache-dtype auto, from the checkpoint, in its own order: the
+    quantization config (config.json's, else hf_quant_config.json) with quant_method set as vLLM's
+    config conversion sets it; a ModelOpt KV scheme (resolve_kv_cache_dtype_string), else a
+    compressed-tensors kv_cache_scheme (fp8: its Attention layer's rule for "auto"). "" when the
+    checkpoint states none: the model's dtype."""
+    quant = config.get("quantization_config") if isinstance(config, dict) else None
+    if not isinstance(quant, dict):
+        quant = hf_quant_config if isinstance(hf_quant_config, dict) else None
+    if quant is None:
+        return ""
+    inner = quant.get("quantization")
+    method = str(quant.get("quant_method") or "")
+    producer = quant.get("producer") if isinstance(quant.get("producer"), dict) else {}
+    legacy = isinstance(inner, dict) and "modelopt_quant_config" in inner
+    if (producer.get("name") == "modelopt" or legacy) and isinstance(inner, dict) and inner.get("quant_algo") is not None:
+        method = MODELOPT_METHODS.get(str(inner["quant_algo"]).upper(), method)
+    method = method.lower().replace("compressed_tensors", "compressed-tensors")
+    if method.startswith("modelopt"):
+        inner = inner if isinstance(inner, dict) else quant
+        algo = (inner.get("kv_cache_scheme") or quant.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
+                or quant.get("kv_cache_quant_algo"))
+        if isinstance(algo, dict):
+            if algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float":
+                return MODELOPT_KV_DTYPES["fp8"]
+            if algo.get("num_bits") == 4 and algo.get("type") == "float":
+                return MODELOPT_KV_DTYPES["nvfp4"]
+            return ""  # vLLM warns and falls back to auto
+        if isinstance(algo, str):
+            return MODELOPT_KV_DTYPES.get(algo.lower(), "")
+        return ""
+    if method == "compressed-tensors" and quant.get("kv_cache_scheme") is not None:
+        return "fp8"
+    return ""

@@ -115,8 +115,16 @@ def dtype_bytes(name: str) -> float:
 def kv_dtype_and_bytes(inventory: Inventory, scenario: Scenario) -> tuple[str, float]:
     """The KV cache dtype a scenario runs at, "auto" resolved: the one place that resolves it."""
     if scenario.kv_cache_dtype == "auto":
-        # vLLM "auto": the model's dtype (a checkpoint's FP8 KV scales apply only with
-        # --kv-cache-dtype fp8)
+        # vLLM "auto": what the checkpoint's quantization config states (a ModelOpt kv_cache_quant_algo,
+        # a compressed-tensors kv_cache_scheme: model/quant_config.vllm_auto_kv_dtype), else the
+        # model's dtype
+        stated = inventory.quant.auto_kv_cache_dtype
+        if stated:
+            if stated not in KV_DTYPE_BYTES:
+                raise RooflineError(f"{inventory.model_id}: its quantization config has vLLM run a {stated} KV cache "
+                                    f"for --kv-cache-dtype auto, which roofline does not model yet; give "
+                                    f"--kv-cache-dtype explicitly")
+            return stated, KV_DTYPE_BYTES[stated]
         dtype = {"float16": "fp16", "float32": "fp32"}.get(inventory.shape.dtype.replace("torch.", ""), "bf16")
         return dtype, KV_DTYPE_BYTES[dtype]
     return scenario.kv_cache_dtype, KV_DTYPE_BYTES[scenario.kv_cache_dtype]

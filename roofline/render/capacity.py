@@ -11,7 +11,9 @@ def render_capacity(payload: dict) -> str:
     kv, request = payload["kv_cache"], payload["request"]
     width = terminal_width()
     lines = [f"capacity: {payload['model']} on {payload['hardware']['name']}, max_model_len {request['max_model_len']:,}, "
-             f"KV {request['kv_cache_dtype']}"]
+             f"KV {request['kv_cache_dtype']}" + (f" ({request['kv_cache_dtype_resolved']})"
+                                                    if request.get("kv_cache_dtype_resolved") not in
+                                                    (None, request["kv_cache_dtype"]) else "")]
     lines.append("  memory for the KV cache:")
     for name, term in payload["memory_terms"].items():
         sign = "" if name in ("requested", "kv_cache") else "- "
