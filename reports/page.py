@@ -474,7 +474,9 @@ def capacity_section(data: ReportData, figure) -> str:
             for p in cap.get("curve") or [] if isinstance(p, dict)]
     return ('<section id="capacity"><h2>Capacity and concurrency</h2>'
             f'<p>{esc(cap.get("verdict"))}</p>'
-            f'<p>KV cache size: <b>{esc(_count(kv.get("tokens")))}</b> tokens, maximum concurrency for '
+            + (f'<p><b>SLO:</b> {esc((cap.get("slo") or {}).get("sentence"))}</p>'
+               if isinstance(cap.get("slo"), dict) else "")
+            + f'<p>KV cache size: <b>{esc(_count(kv.get("tokens")))}</b> tokens, maximum concurrency for '
             f'{esc(_count(kv.get("max_model_len")))} tokens per request: <b>{esc(_times(kv.get("max_concurrency")))}'
             '</b> (the two numbers vLLM logs at start-up).</p>'
             f'<ul class="facts">{terms}</ul><div class="chart">{figure}</div>'

@@ -161,3 +161,38 @@ def test_every_reference_config_gets_an_answer_or_one_line(name):
         assert json.loads(proc.stdout)["kv_cache"]["tokens"] > 0
     else:
         assert proc.returncode == 1 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_the_slo_question_has_a_one_line_answer():
+    """--min-tok-s: the largest concurrency whose streams each keep the speed, checked against the step
+    model one stream either side; what stops the next one is named; an SLO no stream meets says so."""
+    from roofline.predict.step import StepConfig, price_step
+
+    inventory, hardware = load_inventory(QWEN3_8B), get_hardware("h100-sxm")
+    result = capacity(inventory, hardware, Request(max_model_len=8192, min_tok_s=60.0, max_num_seqs=1024))
+    slo = result.slo
+    assert 1 < slo.concurrency < result.fit_concurrency and slo.bound in ("bandwidth", "compute", "launch")
+
+    def per_stream(n):
+        return price_step(inventory, hardware, StepConfig(batch=n, context=result.context)).per_stream_tok_s
+    assert per_stream(slo.concurrency) >= 60.0 > per_stream(slo.concurrency + 1)
+    assert slo.per_stream_tok_s == per_stream(slo.concurrency) and slo.next_per_stream_tok_s < 60.0
+    assert slo.sentence.startswith(f"up to {slo.concurrency:,} concurrent requests")
+
+    # a slow enough SLO is bounded by what vLLM admits, a fast one by nothing but one stream's speed
+    admitted = capacity(inventory, hardware, Request(max_model_len=8192, min_tok_s=1.0, max_num_seqs=64)).slo
+    assert admitted.concurrency == 64 and admitted.bound == "max_num_seqs"
+    kv_bound = capacity(inventory, hardware, Request(max_model_len=8192, min_tok_s=1.0, max_num_seqs=65536,
+                                                     kv_cache_memory_bytes=2 * 2**30)).slo
+    assert kv_bound.bound == "kv memory" and "KV cache holds no more" in kv_bound.sentence
+    none = capacity(inventory, hardware, Request(max_model_len=8192, min_tok_s=10_000.0)).slo
+    assert none.concurrency == 0 and none.sentence.startswith("no concurrency keeps")
+    # the TTFT SLO: a new request's prefill plus one step of the batch it joins
+    ttft = capacity(inventory, hardware, Request(max_model_len=8192, max_ttft_ms=result.ttft_ms + 20.0,
+                                                 max_num_seqs=1024)).slo
+    assert ttft.ttft_ms <= result.ttft_ms + 20.0 and ttft.concurrency >= 1
+
+    proc = cli("capacity", QWEN3_8B, "--hardware", "h100-sxm", "--max-model-len", "8k", "--min-tok-s", "60")
+    assert proc.returncode == 0 and sum(line.strip().startswith("SLO: up to") for line in proc.stdout.splitlines()) == 1
+    bad = cli("capacity", QWEN3_8B, "--min-tok-s", "-3")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1

@@ -44,6 +44,24 @@ class Request:
     prompt_len: int = 512
     output_len: int = 256
     routing: str = "uniform"  # uniform | shared
+    min_tok_s: float | None = None  # per stream: the SLO "each user still gets X tok/s"
+    max_ttft_ms: float | None = None  # the SLO "first token within S"
+
+
+@dataclass
+class SloAnswer:
+    """The largest concurrency that keeps the SLO, and what stops the next one."""
+
+    concurrency: int  # 0: not even one stream keeps it
+    per_stream_tok_s: float  # at that concurrency (one stream's when 0)
+    aggregate_tok_s: float
+    ttft_ms: float
+    bound: str  # kv memory | max_num_seqs | bandwidth | compute | launch | ttft
+    next_per_stream_tok_s: float | None  # one more stream's figure, when a limit of speed binds
+    sentence: str
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
 
 
 @dataclass
@@ -85,6 +103,7 @@ class Capacity:
     recommended_kv_cache_memory_bytes: int | None = None  # unified-memory boxes
     notes: list[str] = field(default_factory=list)
     kv_cache_dtype_resolved: str = ""  # the KV dtype the cache is sized at ("auto" resolved as vLLM does)
+    slo: SloAnswer | None = None  # --min-tok-s / --max-ttft
 
     def verdict(self) -> str:
         """The summary of the table beneath it: a peak only among the concurrencies that fit."""
@@ -117,6 +136,7 @@ class Capacity:
             "knee_concurrency": self.knee_concurrency, "ttft_ms": self.ttft_ms,
             "recommended_kv_cache_memory_bytes": self.recommended_kv_cache_memory_bytes,
             "verdict": self.verdict(), "notes": list(self.notes),
+            "slo": self.slo.to_json() if self.slo else None,
         }
 
 
@@ -236,9 +256,7 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     max_seqs = request.max_num_seqs or _table()["memory"]["max_num_seqs"]
     fit = min(kv.num_blocks // per_request_blocks, max_seqs)
     curve, knee, one = decode_curve(inventory, hardware, request.concurrency, context, kv_name, request.routing, fit)
-    # TTFT: the prompt's tokens at the step's compute time per token, one read of the weights, one launch
-    b = one.breakdown(graphs=True)
-    ttft = request.prompt_len * b.compute_time_s + b.memory_time_s * b.weight_bytes / b.bytes + b.launch_time_s
+    ttft = prefill_s(one, request.prompt_len)
     notes = list(kv.notes)
     if hardware.host == "cpu":
         notes.append("CPU host: no launch floor modelled")
@@ -256,7 +274,68 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
         notes.append(f"unified memory: pass --kv-cache-memory-bytes {recommended} ({recommended / GIB:.1f} GiB, "
                      f"{100 * unified['safety_margin']:.0f}% of the usable {hardware.usable_memory_gb:g} GB left free) "
                      "instead of trusting vLLM's profile here")
+    slo = None
+    if request.min_tok_s is not None or request.max_ttft_ms is not None:
+        kv_limit = kv.num_blocks // per_request_blocks
+        slo = answer_slo(lambda n: price_step(inventory, hardware, StepConfig(
+            batch=n, context=context, kv_cache_dtype=kv_name, routing=request.routing)),
+            request, fit, "kv memory" if kv_limit < max_seqs else "max_num_seqs", ttft, context)
     return Capacity(model_id=inventory.model_id, hardware=hardware, request=request, memory_terms=terms, kv=kv,
                     curve=curve, knee_concurrency=knee, ttft_ms=ttft * 1e3, context=context, fit_concurrency=fit,
                     recommended_kv_cache_memory_bytes=recommended, notes=notes,
-                    kv_cache_dtype_resolved=traffic_kv.kv_dtype)
+                    kv_cache_dtype_resolved=traffic_kv.kv_dtype, slo=slo)
+
+
+def prefill_s(one, prompt_len: int) -> float:
+    """TTFT of a request alone: the prompt's tokens at the step's compute time per token, one read
+    of the weights, one launch (the step model's single-stream breakdown)."""
+    b = one.breakdown(graphs=True)
+    return prompt_len * b.compute_time_s + b.memory_time_s * b.weight_bytes / b.bytes + b.launch_time_s
+
+
+# what the step's bound means for the user asking how many streams keep their speed
+SPEED_BOUNDS = {"memory": "bandwidth", "compute": "compute", "launch": "launch"}
+
+
+def answer_slo(price, request: Request, fit: int, fit_bound: str, alone_s: float, context: int) -> SloAnswer:
+    """The largest concurrency n <= fit (what the KV cache and max_num_seqs admit) at which each stream
+    still decodes min_tok_s and a new request's first token comes within max_ttft_ms. Per-stream tok/s
+    falls and TTFT grows with n, so the answer is found by bisection. TTFT under load (an estimate):
+    the request's prefill alone plus one decode step of the n running streams it joins."""
+    def holds(n: int):
+        step = price(n)
+        ttft_ms = 1e3 * (alone_s + step.step_ms / 1e3)
+        speed = request.min_tok_s is None or step.per_stream_tok_s >= request.min_tok_s
+        first = request.max_ttft_ms is None or ttft_ms <= request.max_ttft_ms
+        return speed and first, step, ttft_ms, ("ttft" if speed else SPEED_BOUNDS.get(step.bound, step.bound))
+
+    wants = " and ".join(x for x in (
+        f">= {request.min_tok_s:g} tok/s per stream" if request.min_tok_s is not None else "",
+        f"the first token within {request.max_ttft_ms:g} ms" if request.max_ttft_ms is not None else "") if x)
+    ok, step, ttft_ms, why = holds(1)
+    if not ok:
+        return SloAnswer(0, step.per_stream_tok_s, step.tok_s, ttft_ms, why, None,
+                         f"no concurrency keeps {wants} at {context:,} tokens: one stream alone gets "
+                         f"{step.per_stream_tok_s:.1f} tok/s, first token in {ttft_ms:.0f} ms ({why}-bound)")
+    low, high = 1, max(1, fit)
+    if holds(high)[0]:
+        low = high
+    else:
+        while high - low > 1:  # holds(low), not holds(high)
+            mid = (low + high) // 2
+            low, high = (mid, high) if holds(mid)[0] else (low, mid)
+    _, step, ttft_ms, _ = holds(low)
+    if low == fit:
+        bound, following = fit_bound, None
+        tokens = request.prompt_len + request.output_len
+        why_text = (f"the KV cache holds no more requests of {tokens:,} tokens" if fit_bound == "kv memory" else
+                    f"vLLM's max_num_seqs ({fit}) admits no more")
+    else:
+        _, after, after_ttft, bound = holds(low + 1)
+        following = after.per_stream_tok_s
+        why_text = (f"one more and the first token takes {after_ttft:.0f} ms" if bound == "ttft" else
+                    f"one more and each stream gets {following:.1f} tok/s ({bound}-bound)")
+    sentence = (f"up to {low:,} concurrent requests at {context:,} tokens keep {wants}: "
+                f"{step.per_stream_tok_s:.1f} tok/s each, {step.tok_s:.0f} aggregate, first token in {ttft_ms:.0f} ms; "
+                f"{why_text}")
+    return SloAnswer(low, step.per_stream_tok_s, step.tok_s, ttft_ms, bound, following, sentence)

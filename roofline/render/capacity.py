@@ -34,5 +34,7 @@ def render_capacity(payload: dict) -> str:
                      "yes" if p["fits"] else "no"])
     lines += ["    " + line for line in text_table(rows, right={0, 1, 2, 3})]
     lines += wrapped(payload["verdict"], width, "  ")
+    if payload.get("slo"):
+        lines += wrapped(f"SLO: {payload['slo']['sentence']}", width, "  ")
     lines += [line for note in payload["notes"] for line in wrapped(f"note: {note}", width, "  ")]
     return "\n".join(lines)
