@@ -196,3 +196,26 @@ def test_the_slo_question_has_a_one_line_answer():
     assert proc.returncode == 0 and sum(line.strip().startswith("SLO: up to") for line in proc.stdout.splitlines()) == 1
     bad = cli("capacity", QWEN3_8B, "--min-tok-s", "-3")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_capacity_over_tensor_parallel_ranks():
+    """--tp N: weights and memory terms per GPU, KV pages per rank (vLLM's max(1, kv_heads // tp)), the
+    decode curve priced over the split; DeepSeek-V3 fits eight H200s; a split vLLM refuses is refused."""
+    qwen = load_inventory(QWEN3_8B)
+    h100 = get_hardware("h100-sxm")
+    one = capacity(qwen, h100, Request(max_model_len=32768))
+    two = capacity(qwen, h100, Request(max_model_len=32768, tp=2))
+    assert two.kv.attention_page_bytes * 2 == one.kv.attention_page_bytes
+    weights = {t.name: t.bytes for t in two.memory_terms}["weights"]
+    assert 0.45 * qwen.weight_bytes < weights < 0.6 * qwen.weight_bytes  # embeddings, norms: not all split
+    assert two.kv.tokens > 2 * one.kv.tokens  # twice the memory for KV, and half the weights on each GPU
+    deepseek = capacity(load_inventory(str(REFERENCE / "deepseek-ai__DeepSeek-V3")), get_hardware("h200"),
+                        Request(max_model_len=32768, tp=8))
+    assert deepseek.kv.tokens > 0 and deepseek.kv.block_size == 64  # FlashMLA's block on Hopper
+    with pytest.raises(RooflineError, match=r"--tp 3: vLLM refuses this split .* divisible by tensor parallel size"):
+        capacity(qwen, h100, Request(max_model_len=32768, tp=3))
+    proc = cli("capacity", str(REFERENCE / "deepseek-ai__DeepSeek-V3"), "--hardware", "h200", "-tp", "8",
+               "--max-model-len", "32k")
+    assert proc.returncode == 0 and "per GPU of 8" in proc.stdout
+    alone = cli("capacity", str(REFERENCE / "deepseek-ai__DeepSeek-V3"), "--hardware", "h200", "--max-model-len", "32k")
+    assert alone.returncode == 1 and "--tp N splits the weights" in alone.stderr

@@ -21,6 +21,7 @@ from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
 from roofline.predict.launch import graphs_apply
 from roofline.predict.step import StepConfig, price_step
+from roofline.predict.topology import Topology, tensor_parallel_placement, tp_refusal
 from roofline.predict.traffic import KV_DTYPE_BYTES, ROUTINGS, Scenario, compute_traffic, dtype_bytes
 
 SCHEMA = "roofline.capacity/1"
@@ -46,6 +47,8 @@ class Request:
     routing: str = "uniform"  # uniform | shared
     min_tok_s: float | None = None  # per stream: the SLO "each user still gets X tok/s"
     max_ttft_ms: float | None = None  # the SLO "first token within S"
+    tp: int = 1  # tensor-parallel ranks (--tensor-parallel-size): memory terms and KV pages per rank
+    link: str | None = None  # interconnect of the TP ranks (hardware.toml [link.*]; default per hardware)
 
 
 @dataclass
@@ -155,8 +158,13 @@ def _platform(hardware: Hardware) -> dict:
     return _table()["platform"]["cpu" if hardware.host == "cpu" else "cuda"]
 
 
-def platform_layout(hardware: Hardware) -> KVLayout:
+def platform_layout(hardware: Hardware, mla: bool = False) -> KVLayout:
+    """The platform's block sizes; an MLA model on a GPU takes its MLA backend's block (serving.toml)."""
     entry = _platform(hardware)
+    if mla and "mla_block_size" in entry:
+        major = (hardware.compute_capability or "").split(".")[0]
+        block = entry["mla_block_size"].get(major, entry["mla_block_size_default"])
+        return KVLayout(block, block)
     return KVLayout(entry["default_block_size"], entry["kernel_block"])
 
 
@@ -172,7 +180,9 @@ def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int) -> float
     return tokens * (8 * hidden + 3 * inter) * dtype + seqs * shape.vocab_size * 4
 
 
-def memory_terms(inventory: Inventory, hardware: Hardware, request: Request) -> list[MemoryTerm]:
+def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
+                 weights_per_rank: float | None = None) -> list[MemoryTerm]:
+    """What one rank's KV cache gets (every term per GPU; weights_per_rank: a TP rank's share)."""
     mem = _table()["memory"]
     if hardware.host == "cpu" and request.cpu_kvcache_space_gib is not None:
         # vLLM-CPU's legacy variable wins over --kv-cache-memory-bytes (vllm/platforms/cpu.py)
@@ -188,7 +198,9 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request) -> 
     terms = [MemoryTerm("requested", utilization * hardware.memory_gb * 1e9,
                         "given" if request.gpu_memory_utilization else "vllm default",
                         f"gpu_memory_utilization {utilization:g} x {hardware.memory_gb:g} GB device memory"),
-             MemoryTerm("weights", inventory.weight_bytes, "checkpoint", "the checkpoint's tensors (audit)"),
+             MemoryTerm("weights", inventory.weight_bytes if weights_per_rank is None else weights_per_rank,
+                        "checkpoint", "the checkpoint's tensors (audit)" if request.tp == 1 else
+                        f"one of {request.tp} TP ranks' share of the checkpoint's tensors (replicated ones whole)"),
              MemoryTerm("activation_peak", activation_peak_bytes(inventory, tokens, seqs), "estimate",
                         f"{tokens} batched tokens x one layer's activations + {seqs} x vocab fp32 logits "
                         "(vLLM measures it in its profiling run)"),
@@ -203,21 +215,23 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request) -> 
 
 
 def decode_curve(inventory: Inventory, hardware: Hardware, levels, context: int, kv_cache_dtype: str,
-                 routing: str = "uniform", fit: int | None = None):
+                 routing: str = "uniform", fit: int | None = None, parallel: dict | None = None):
     """(points, knee concurrency, the one-stream step) of decoding at each concurrency level with
-    `context` tokens per sequence: each point is the step model's price of that batch."""
+    `context` tokens per sequence: each point is the step model's price of that batch. `parallel`:
+    the StepConfig's topology and placement (tensor parallelism)."""
     curve = []
     one = None
+    parallel = parallel or {}
     for n in levels:
         step = price_step(inventory, hardware, StepConfig(batch=n, context=context, kv_cache_dtype=kv_cache_dtype,
-                                                          routing=routing))
+                                                          routing=routing, **parallel))
         one = one or (step if n == 1 else None)
         b = step.breakdown()
         curve.append(CurvePoint(n, step.step_ms, step.tok_s, step.per_stream_tok_s, b.bound, b.memory_time_s * 1e3,
                                 b.compute_time_s * 1e3, b.launch_time_s * 1e3, fit is None or n <= fit))
     knee = next((p.concurrency for p in curve if p.bound == "compute"), None)
     one = one or price_step(inventory, hardware, StepConfig(context=context, kv_cache_dtype=kv_cache_dtype,
-                                                            routing=routing))
+                                                            routing=routing, **parallel))
     return curve, knee, one
 
 
@@ -227,24 +241,31 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     if request.prompt_len + request.output_len > request.max_model_len:
         raise RooflineError(f"a request of --prompt-len {request.prompt_len} + --output-len {request.output_len} tokens "
                             f"does not fit --max-model-len {request.max_model_len} (vLLM refuses such a request)")
-    terms = memory_terms(inventory, hardware, request)
+    parallel = _parallel(inventory, hardware, request)
+    weights = inventory.weight_bytes
+    if request.tp > 1:
+        weights = price_step(inventory, hardware, StepConfig(**parallel)).weight_bytes_per_rank
+    terms = memory_terms(inventory, hardware, request, weights if request.tp > 1 else None)
     budget = terms[-1].bytes
     given = terms[-1].kind == "given"
-    if given and budget + inventory.weight_bytes > hardware.memory_gb * 1e9:
-        raise RooflineError(f"does not fit: {budget / GIB:,.2f} GiB of KV cache beside {inventory.weight_bytes / 1e9:.2f} GB "
-                            f"of weights is more than the {hardware.memory_gb:g} GB of {hardware.name}")
+    per_gpu = " per GPU" if request.tp > 1 else ""
+    if given and budget + weights > hardware.memory_gb * 1e9:
+        raise RooflineError(f"does not fit: {budget / GIB:,.2f} GiB of KV cache beside {weights / 1e9:.2f} GB "
+                            f"of weights{per_gpu} is more than the {hardware.memory_gb:g} GB of {hardware.name}")
     if budget <= 0:
-        weights = inventory.weight_bytes / 1e9
-        raise RooflineError(f"does not fit: the weights ({weights:.2f} GB) and vLLM's overheads leave no KV cache "
-                            f"memory of the {terms[0].bytes / 1e9:.2f} GB requested")
+        weights = weights / 1e9
+        raise RooflineError(f"does not fit: the weights ({weights:.2f} GB{per_gpu}) and vLLM's overheads leave no KV "
+                            f"cache memory of the {terms[0].bytes / 1e9:.2f} GB requested"
+                            + ("" if request.tp > 1 else "; --tp N splits the weights over N GPUs"))
     shape = inventory.shape
     kv_name = request.kv_cache_dtype
     traffic_kv = compute_traffic(inventory, Scenario(kv_cache_dtype=kv_name))
     kv = kv_capacity(shape, kv_dtype_bytes=KV_DTYPE_BYTES[traffic_kv.kv_dtype],
                      model_dtype_bytes=int(dtype_bytes(shape.dtype)),
                      state_dtype_bytes=int(dtype_bytes(shape.state_dtype)), memory_bytes=int(budget),
-                     max_model_len=request.max_model_len, layout=platform_layout(hardware),
-                     block_size=request.block_size, prefix_caching=request.prefix_caching,
+                     max_model_len=request.max_model_len,
+                     layout=platform_layout(hardware, mla=bool(config_int(text_config(inventory.config), "kv_lora_rank"))),
+                     block_size=request.block_size, prefix_caching=request.prefix_caching, tp=request.tp,
                      max_in_flight_tokens=_platform(hardware)["max_concurrent_batches"] * batched_tokens(request, hardware))
     if kv.num_blocks < kv.blocks_for(request.max_model_len):
         # vLLM's own start-up check (check_enough_kv_cache_memory / "No available memory for the cache blocks")
@@ -255,7 +276,8 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     per_request_blocks = kv.blocks_for(request.prompt_len + request.output_len)
     max_seqs = request.max_num_seqs or _table()["memory"]["max_num_seqs"]
     fit = min(kv.num_blocks // per_request_blocks, max_seqs)
-    curve, knee, one = decode_curve(inventory, hardware, request.concurrency, context, kv_name, request.routing, fit)
+    curve, knee, one = decode_curve(inventory, hardware, request.concurrency, context, kv_name, request.routing, fit,
+                                    parallel)
     ttft = prefill_s(one, request.prompt_len)
     notes = list(kv.notes)
     if hardware.host == "cpu":
@@ -278,12 +300,24 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     if request.min_tok_s is not None or request.max_ttft_ms is not None:
         kv_limit = kv.num_blocks // per_request_blocks
         slo = answer_slo(lambda n: price_step(inventory, hardware, StepConfig(
-            batch=n, context=context, kv_cache_dtype=kv_name, routing=request.routing)),
+            batch=n, context=context, kv_cache_dtype=kv_name, routing=request.routing, **parallel)),
             request, fit, "kv memory" if kv_limit < max_seqs else "max_num_seqs", ttft, context)
     return Capacity(model_id=inventory.model_id, hardware=hardware, request=request, memory_terms=terms, kv=kv,
                     curve=curve, knee_concurrency=knee, ttft_ms=ttft * 1e3, context=context, fit_concurrency=fit,
                     recommended_kv_cache_memory_bytes=recommended, notes=notes,
                     kv_cache_dtype_resolved=traffic_kv.kv_dtype, slo=slo)
+
+
+def _parallel(inventory: Inventory, hardware: Hardware, request: Request) -> dict:
+    """The StepConfig fields of --tp N: vLLM's own refusal of the split first, then the ranks placed on
+    the hardware's links (one box; plan --gpus / --boxes ranks the splits over several)."""
+    if request.tp == 1:
+        return {}
+    refusal = tp_refusal(inventory.config, request.tp)
+    if refusal:
+        raise RooflineError(f"--tp {request.tp}: vLLM refuses this split of {inventory.model_id}: {refusal}")
+    return {"topology": Topology(tp=request.tp),
+            "placement": tensor_parallel_placement(hardware, request.tp, request.link)}
 
 
 def prefill_s(one, prompt_len: int) -> float:

@@ -37,6 +37,10 @@ DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
               help="Concurrency levels of the decode curve.")
 @click.option("--prompt-len", type=types.PROMPT_TOKENS, default=512, show_default=True, help="Prompt tokens per request.")
 @click.option("--output-len", type=types.PROMPT_TOKENS, default=256, show_default=True, help="Generated tokens per request.")
+@click.option("--tp", "-tp", "--tensor-parallel-size", "tp", type=types.TP_RANKS, default=1, show_default=True,
+              help="Tensor-parallel ranks (vLLM's --tensor-parallel-size): weights, KV heads and memory per GPU, "
+                   "KV heads replicated when TP exceeds them, as vLLM does.")
+@click.option("--link", default=None, help="Interconnect of the --tp ranks (hardware.toml [link.*]; default per hardware).")
 @click.option("--min-tok-s", type=types.TOK_S, default=None,
               help="SLO: tok/s each stream must still get; answers with the most concurrent requests that keep it "
                    "and what stops one more.")
@@ -49,8 +53,8 @@ DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
               help="Add the capacity section to this HTML report, or write one.")
 def command(model, revision, config_only, no_cache, from_vllm, hardware_name, bandwidth, gpu_memory_utilization,
             kv_cache_memory_bytes, max_model_len, max_num_seqs, max_num_batched_tokens, block_size, kv_cache_dtype,
-            no_prefix_caching, concurrency_text, prompt_len, output_len, min_tok_s, max_ttft_s, routing, as_json,
-            html_path):
+            no_prefix_caching, concurrency_text, prompt_len, output_len, tp, link, min_tok_s, max_ttft_s, routing,
+            as_json, html_path):
     """How many concurrent requests fit in vLLM's KV cache on this hardware (the token count and
     maximum concurrency vLLM logs at start-up), and the decode curve: aggregate and per-stream tok/s
     per concurrency, what bounds each point, the knee where decode turns compute-bound, and TTFT."""
@@ -85,7 +89,7 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
                       cpu_kvcache_space_gib=space_gib, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
                       prefix_caching=not no_prefix_caching, concurrency=levels, prompt_len=prompt_len,
-                      output_len=output_len, routing=routing, min_tok_s=min_tok_s,
+                      output_len=output_len, routing=routing, min_tok_s=min_tok_s, tp=tp, link=link,
                       max_ttft_ms=None if max_ttft_s is None else max_ttft_s * 1e3)
     result = capacity(inventory, hardware, request)
     payload = result.to_json()

@@ -14,7 +14,9 @@ def render_capacity(payload: dict) -> str:
              f"KV {request['kv_cache_dtype']}" + (f" ({request['kv_cache_dtype_resolved']})"
                                                     if request.get("kv_cache_dtype_resolved") not in
                                                     (None, request["kv_cache_dtype"]) else "")]
-    lines.append("  memory for the KV cache:")
+    tp = request.get("tp") or 1
+    lines.append("  memory for the KV cache:" if tp == 1 else
+                 f"  memory for the KV cache, per GPU of {tp} (tensor parallel; the KV tokens are the engine's):")
     for name, term in payload["memory_terms"].items():
         sign = "" if name in ("requested", "kv_cache") else "- "
         lines += wrapped(f"{sign + name:<20} {human_bytes(term['bytes']):>11}  ({term['kind']}: {term['source']})",

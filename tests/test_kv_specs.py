@@ -1,0 +1,91 @@
+"""capacity's KV pages and per-request blocks against vLLM 0.32's own code: ModelConfig's KV heads
+per TP rank and head size (heads replicated when TP exceeds them; MLA's one latent "head"), and the
+KVCacheSpec classes' page sizes and admission blocks (full attention, sliding window, MLA), for
+reference configs of each kind. vLLM's side runs in a child process (its import sets up logging)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from roofline.advise.capacity import platform_layout
+from roofline.audit import load_inventory
+from roofline.predict.hardware import get_hardware
+from roofline.predict.kv_capacity import kv_capacity
+
+REFERENCE = Path(__file__).parent / "reference_configs"
+CASES = {  # folder: (TP sizes, KV dtype bytes)
+    "Qwen__Qwen3-8B": (1, 2, 4, 8, 16),
+    "openai__gpt-oss-20b": (1, 2, 4, 8, 16),
+    "deepseek-ai__DeepSeek-V3": (1, 8, 16),
+}
+H200 = get_hardware("h200")  # Hopper: FlashMLA's 64-token block for MLA, 16 otherwise
+MAX_LEN, IN_FLIGHT = 131072, 2 * 8192
+
+VLLM_SIDE = r"""
+import json, logging, sys, types
+logging.disable(logging.WARNING)
+import torch
+import vllm.config  # noqa: F401
+from vllm.config import ModelConfig
+from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec
+cases = json.loads(sys.argv[1])
+out = {}
+for folder, (tps, max_len, in_flight) in cases.items():
+    mc = ModelConfig(model=folder, skip_tokenizer_init=True)
+    window = getattr(mc.hf_text_config, "sliding_window", None)
+    rows = []
+    for tp in tps:
+        heads = mc.get_num_kv_heads(types.SimpleNamespace(tensor_parallel_size=tp))
+        row = {"tp": tp, "heads": heads}
+        for name, dtype in (("bf16", torch.bfloat16), ("fp8", torch.uint8)):
+            if mc.use_mla:
+                spec = MLAAttentionSpec(block_size=64, num_kv_heads=heads, head_size=mc.get_head_size(), dtype=dtype)
+                row[name] = {"page": spec.page_size_bytes, "blocks": -(-max_len // 64)}
+            else:
+                full = FullAttentionSpec(block_size=16, num_kv_heads=heads, head_size=mc.get_head_size(), dtype=dtype)
+                row[name] = {"page": full.page_size_bytes, "blocks": -(-max_len // 16)}
+                if window:
+                    sliding = SlidingWindowSpec(block_size=16, num_kv_heads=heads, head_size=mc.get_head_size(),
+                                                dtype=dtype, sliding_window=window)
+                    row[name]["sliding_blocks"] = sliding.max_admission_blocks_per_request(in_flight, max_len)
+        rows.append(row)
+    out[folder] = rows
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def vllm_specs() -> dict:
+    cases = {str(REFERENCE / name): (tps, MAX_LEN, IN_FLIGHT) for name, tps in CASES.items()}
+    proc = subprocess.run([sys.executable, "-c", VLLM_SIDE, json.dumps(cases)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_pages_and_blocks_equal_vllms_specs(vllm_specs, name):
+    inventory = load_inventory(str(REFERENCE / name))
+    mla = name.startswith("deepseek")
+    layout = platform_layout(H200, mla=mla)
+    for row in vllm_specs[str(REFERENCE / name)]:
+        for dtype, size in (("bf16", 2), ("fp8", 1)):
+            ours = kv_capacity(inventory.shape, kv_dtype_bytes=size, model_dtype_bytes=2, state_dtype_bytes=4,
+                               memory_bytes=1 << 40, max_model_len=MAX_LEN, layout=layout, tp=row["tp"],
+                               max_in_flight_tokens=IN_FLIGHT)
+            theirs = row[dtype]
+            assert ours.attention_page_bytes == theirs["page"], (name, row["tp"], dtype)
+            kinds = dict(ours.groups)
+            if "sliding_blocks" in theirs:  # one group of each kind: a request's blocks of each
+                window = next(kind for kind in kinds if kind.startswith("sliding"))
+                assert ours.blocks_for(MAX_LEN) == theirs["blocks"] + theirs["sliding_blocks"]
+                assert ours.windows[window] == 128
+            else:
+                assert ours.blocks_for(MAX_LEN) == theirs["blocks"]
+    if mla:  # one latent head on every rank, whatever the TP: the KV cache is replicated, not split
+        assert {row["heads"] for row in vllm_specs[str(REFERENCE / name)]} == {1}
+        assert layout.default_block_size == 64
