@@ -1,0 +1,85 @@
+"""The step model and capacity against real vLLM on the GPU: every probe result in
+benchmarks/results/vllm_h200 (probe.py's JSON) beside roofline's prediction of the same work.
+
+    .venv/bin/python benchmarks/gpu_vllm/compare.py            # the tables RESULTS-gpu.md quotes
+
+Decode: step time per batch, graphs or eager, predicted by roofline.predict.step.price_step for the
+H200 catalogue entry (vLLM's online `quantization="fp8"` priced as the fp8 format simulated from the
+BF16 config). KV cache: `roofline capacity`'s token count for the engine's settings (max_model_len,
+max_num_seqs, max_num_batched_tokens as vLLM logged them) against vLLM's own start-up line, and the
+memory terms beside the ones vLLM reports.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+RESULTS = REPO / "benchmarks" / "results" / "vllm_h200"
+sys.path.insert(0, str(REPO))
+
+
+def main() -> int:
+    from roofline.advise.capacity import Request, capacity
+    from roofline.advise.simulate import get_recipe, simulate
+    from roofline.audit import load_inventory
+    from roofline.predict.hardware import get_hardware
+    from roofline.predict.step import StepConfig, price_step
+
+    hardware = get_hardware("h200")
+    decode_rows, kv_rows = [], []
+    for path in sorted(RESULTS.glob("*.json")):
+        result = json.loads(path.read_text())
+        inventory = load_inventory(str(REPO / result["config"]))
+        if result.get("quantization") == "fp8":
+            inventory = simulate(inventory, "fp8", get_recipe("default"))
+        graphs = result["mode"] == "graphs"
+        for row in result["decode"]:
+            step = price_step(inventory, hardware, StepConfig(batch=row["batch"], context=row["context"],
+                                                              graphs=graphs))
+            decode_rows.append((path.stem, row["batch"], row["context"], row["step_ms"], step.step_ms,
+                                step.breakdown().bound))
+        startup = result.get("startup") or {}
+        engine = result.get("engine") or {}
+        if "kv_tokens" in startup and result["decode"][0]["context"] <= 1024:
+            request = Request(max_model_len=result["max_model_len"], max_num_seqs=max(r["batch"] for r in result["decode"]),
+                              max_num_batched_tokens=engine.get("max_num_batched_tokens"))
+            try:
+                ours = capacity(inventory, hardware, request)
+                terms = {t.name: t.bytes / 2**30 for t in ours.memory_terms}
+                kv_rows.append((path.stem, startup["kv_tokens"], ours.kv.tokens, startup, terms))
+            except Exception as exc:  # noqa: BLE001 - a refusal is a row too
+                kv_rows.append((path.stem, startup["kv_tokens"], None, startup, {"error": str(exc)}))
+
+    print("decode step, vLLM 0.26.0 on an H200 (measured) vs roofline's step model (predicted)")
+    print(f"{'case':24}{'batch':>6}{'ctx':>6}{'measured ms':>13}{'predicted ms':>14}{'error':>8}  bound")
+    errors: dict[str, list[float]] = {"graphs": [], "eager": []}
+    for name, batch, context, measured, predicted, bound in decode_rows:
+        error = predicted / measured - 1
+        errors["eager" if name.endswith("eager") else "graphs"].append(abs(error))
+        print(f"{name:24}{batch:>6}{context:>6}{measured:>13.3f}{predicted:>14.3f}{100 * error:>+7.0f}%  {bound}")
+    for mode, values in errors.items():
+        if values:
+            print(f"{mode}: mean |error| {100 * statistics.mean(values):.0f}%, max {100 * max(values):.0f}% "
+                  f"over {len(values)} points")
+    print()
+    print("KV cache tokens at start-up: vLLM's log vs roofline capacity (same max_model_len, max_num_seqs, "
+          "max_num_batched_tokens), and the memory terms (GiB)")
+    print(f"{'case':24}{'vLLM tokens':>13}{'roofline':>11}{'error':>8}   vLLM: act / non-torch / graphs"
+          "   roofline: act / non-torch / graphs")
+    for name, theirs, ours, startup, terms in kv_rows:
+        if ours is None:
+            print(f"{name:24}{theirs:>13,}{'refused':>11}   {terms['error'][:80]}")
+            continue
+        print(f"{name:24}{theirs:>13,}{ours:>11,}{100 * (ours / theirs - 1):>+7.1f}%   "
+              f"{startup.get('activation_peak_gib', 0):.2f} / {startup.get('non_torch_gib', 0):.2f} / "
+              f"{startup.get('cuda_graph_gib', 0):.2f}"
+              f"{'':>13}{terms.get('activation_peak', 0):.2f} / {terms.get('non_torch', 0):.2f} / "
+              f"{terms.get('cuda_graphs', 0):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
