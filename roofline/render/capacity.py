@@ -10,13 +10,14 @@ def render_capacity(payload: dict) -> str:
     """Lines longer than the terminal ($COLUMNS or its width) wrap; the curve's table is narrow."""
     kv, request = payload["kv_cache"], payload["request"]
     width = terminal_width()
-    lines = [f"capacity: {payload['model']} on {payload['hardware']['name']}, max_model_len {request['max_model_len']:,}, "
-             f"KV {request['kv_cache_dtype']}" + (f" ({request['kv_cache_dtype_resolved']})"
-                                                    if request.get("kv_cache_dtype_resolved") not in
-                                                    (None, request["kv_cache_dtype"]) else "")]
+    resolved = request.get("kv_cache_dtype_resolved")
+    kv_text = request["kv_cache_dtype"] + (f" ({resolved})" if resolved not in (None, request["kv_cache_dtype"]) else "")
+    lines = wrapped(f"capacity: {payload['model']} on {payload['hardware']['name']}, max_model_len "
+                    f"{request['max_model_len']:,}, KV {kv_text}", width)
     tp = request.get("tp") or 1
-    lines.append("  memory for the KV cache:" if tp == 1 else
-                 f"  memory for the KV cache, per GPU of {tp} (tensor parallel; the KV tokens are the engine's):")
+    lines += wrapped("memory for the KV cache:" if tp == 1 else
+                     f"memory for the KV cache, per GPU of {tp} (tensor parallel; the KV tokens are the engine's):",
+                     width, "  ")
     for name, term in payload["memory_terms"].items():
         sign = "" if name in ("requested", "kv_cache") else "- "
         lines += wrapped(f"{sign + name:<20} {human_bytes(term['bytes']):>11}  ({term['kind']}: {term['source']})",
