@@ -195,9 +195,14 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
     utilization = request.gpu_memory_utilization or mem["gpu_memory_utilization"]
     seqs = request.max_num_seqs or mem["max_num_seqs"]
     tokens = batched_tokens(request, hardware)
-    terms = [MemoryTerm("requested", utilization * hardware.memory_gb * 1e9,
+    if hardware.runtime_memory_gib:  # what vLLM multiplies: the runtime's total, not the datasheet's
+        device, device_text = hardware.runtime_memory_gib * GIB, (f"{hardware.runtime_memory_gib:g} GiB device memory "
+                                                                 f"as the CUDA runtime reports it")
+    else:
+        device, device_text = hardware.memory_gb * 1e9, f"{hardware.memory_gb:g} GB device memory"
+    terms = [MemoryTerm("requested", utilization * device,
                         "given" if request.gpu_memory_utilization else "vllm default",
-                        f"gpu_memory_utilization {utilization:g} x {hardware.memory_gb:g} GB device memory"),
+                        f"gpu_memory_utilization {utilization:g} x {device_text}"),
              MemoryTerm("weights", inventory.weight_bytes if weights_per_rank is None else weights_per_rank,
                         "checkpoint", "the checkpoint's tensors (audit)" if request.tp == 1 else
                         f"one of {request.tp} TP ranks' share of the checkpoint's tensors (replicated ones whole)"),
@@ -205,9 +210,10 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
                         f"{tokens} batched tokens x one layer's activations + {seqs} x vocab fp32 logits "
                         "(vLLM measures it in its profiling run)"),
              MemoryTerm("non_torch", mem["non_torch_gib"] * GIB if hardware.host != "cpu" else 0.0,
-                        "estimate", mem["non_torch_source"])]
+                        mem["non_torch_kind"], mem["non_torch_source"])]
     if graphs_apply(hardware):
-        terms.append(MemoryTerm("cuda_graphs", mem["cuda_graph_gib"] * GIB, "estimate", mem["cuda_graph_source"]))
+        terms.append(MemoryTerm("cuda_graphs", mem["cuda_graph_gib"] * GIB, mem["cuda_graph_kind"],
+                                mem["cuda_graph_source"]))
     left = terms[0].bytes - sum(t.bytes for t in terms[1:])
     terms.append(MemoryTerm("kv_cache", left, "derived", "requested - weights - activation peak - non-torch"
                             + (" - CUDA graphs" if graphs_apply(hardware) else "")))

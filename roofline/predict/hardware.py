@@ -40,6 +40,10 @@ class Hardware:
     bandwidth_kind: str = "datasheet"  # datasheet | measured (calibrate) | user (--bandwidth)
     memory_source: str = ""
     tensor_source: str = ""
+    # the device memory the CUDA runtime reports (cudaMemGetInfo total), the figure vLLM multiplies by
+    # gpu_memory_utilization; None: memory_gb (the datasheet) stands for it
+    runtime_memory_gib: float | None = None
+    runtime_memory_source: str = ""
     origin: str = SHIPPED  # the file the entry comes from: the shipped table or the user's (calibrate --save)
 
     def supports(self, compute: str) -> bool:
@@ -85,6 +89,8 @@ class HardwareEntry(msgspec.Struct, forbid_unknown_fields=True):
     bandwidth_kind: Annotated[str, Meta(max_length=32)] = "datasheet"
     memory_source: Text = ""
     tensor_source: Text = ""
+    runtime_memory_gib: Annotated[float, Meta(gt=0, le=1e6)] | None = None
+    runtime_memory_source: Text = ""
 
 
 def check_entries(table, where: str) -> dict[str, HardwareEntry]:
