@@ -220,17 +220,21 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
     results: list[Recommendation] = []
     seen: dict[tuple, str] = {}
     sims: dict[tuple[str, str], tuple[Inventory, Traffic]] = {}
-    if given is not None:
-        fmt = given.main_format()
-        kv = plan_kv_dtype(given, workload.kv_cache_dtype, workload.context, hardware)
-        traffic1 = compute_traffic(given, Scenario(batch=1, context=workload.context, kv_cache_dtype=kv))
-        sims[(fmt, GIVEN_RECIPE)] = (given, traffic1)
+    def rows(sim: Inventory, owner: Inventory, fmt: str, recipe_name: str, unservable: str) -> list[Recommendation]:
+        """One row per vLLM backend for `fmt` on this hardware, priced on `sim` (note when there is none)."""
+        kv = plan_kv_dtype(sim, workload.kv_cache_dtype, workload.context, hardware)
+        traffic1 = compute_traffic(sim, Scenario(batch=1, context=workload.context, kv_cache_dtype=kv))
+        sims[(fmt, recipe_name)] = (sim, traffic1)
         candidates = backends_for(fmt, hardware)
         if not candidates:
-            notes.append(f"{given_as or given.model_id} ({format_label(fmt)}): no vLLM kernel for it on "
-                         f"{hardware.name} (compute capability {hardware.compute_capability})")
-        for backend in candidates:
-            rec = _evaluate(given, given, traffic1, hardware, workload, fmt, GIVEN_RECIPE, backend, kv)
+            notes.append(f"{unservable}: no vLLM kernel for it on {hardware.name} "
+                         f"(compute capability {hardware.compute_capability})")
+        return [_evaluate(owner, sim, traffic1, hardware, workload, fmt, recipe_name, backend, kv)
+                for backend in candidates]
+
+    if given is not None:
+        fmt = given.main_format()
+        for rec in rows(given, given, fmt, GIVEN_RECIPE, f"{given_as or given.model_id} ({format_label(fmt)})"):
             rec.given, rec.checkpoint, rec.quantize_with = True, given_as or given.model_id, ""
             rec.reasons.insert(0, "the checkpoint given, as it is: its own tensors' bytes, nothing to quantize")
             results.append(rec)
@@ -242,16 +246,7 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
             if signature in seen:  # e.g. BF16 is the same under every recipe
                 continue
             seen[signature] = recipe_name
-            kv = plan_kv_dtype(sim, workload.kv_cache_dtype, workload.context, hardware)
-            traffic1 = compute_traffic(sim, Scenario(batch=1, context=workload.context, kv_cache_dtype=kv))
-            sims[(fmt, recipe_name)] = (sim, traffic1)
-            candidates = backends_for(fmt, hardware)
-            if not candidates:
-                notes.append(f"{format_label(fmt)}: no vLLM kernel for it on {hardware.name} "
-                             f"(compute capability {hardware.compute_capability})")
-                continue
-            for backend in candidates:
-                results.append(_evaluate(base, sim, traffic1, hardware, workload, fmt, recipe_name, backend, kv))
+            results += rows(sim, base, fmt, recipe_name, format_label(fmt))
     results = _without_copies_of_given(results)
     # reasons that compare candidates
     for rec in results:
