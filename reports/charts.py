@@ -218,15 +218,20 @@ def roofline_chart(data: ReportData, catalogue: dict | None = None):
                      tickvals=x_ticks, ticktext=[human_bytes(v).replace(".00 ", " ") for v in x_ticks])
     # the axis spans the points (ceiling, expected, eager, plan, measured) with room for a marker's
     # size at either end; the lines run on past it
-    ys = [y for p in points for y in p[2] if y]
-    y_lo, y_hi = min(ys) / LOG_PAD, max(ys) * LOG_PAD
-    y_ticks = log_ticks(y_lo, y_hi)
-    fig.update_yaxes(type="log", title_text="tok/s (single stream)", gridcolor="#eee",
-                     range=[math.log10(y_lo), math.log10(y_hi)], tickvals=y_ticks, ticktext=[f"{v:,.0f}" if v >= 1 else f"{v:.2g}" for v in y_ticks])
+    fig.update_yaxes(title_text="tok/s (single stream)", gridcolor="#eee",
+                     **tok_s_log_axis([y for p in points for y in p[2] if y]))
     return fig
 
 
 LOG_PAD = 1.35  # a log axis runs this factor past its outermost points, so no marker is cut in half
+
+
+def tok_s_log_axis(values: list[float]) -> dict:
+    """A log tok/s axis over `values`, LOG_PAD past either end, ticks labelled as whole numbers."""
+    lo, hi = min(values) / LOG_PAD, max(values) * LOG_PAD
+    ticks = log_ticks(lo, hi)
+    return dict(type="log", range=[math.log10(lo), math.log10(hi)], tickvals=ticks,
+                ticktext=[f"{v:,.0f}" if v >= 1 else f"{v:.2g}" for v in ticks])
 
 
 def _step_curves(audit: dict, bytes_per_token: float):
@@ -367,10 +372,7 @@ def capacity_chart(data: ReportData):
     fig.update_xaxes(type="log", title_text="concurrent requests")
     ys = [v for trace in fig.data for v in trace.y if v]
     if ys:
-        lo, hi = min(ys) / LOG_PAD, max(ys) * LOG_PAD
-        ticks = log_ticks(lo, hi)
-        fig.update_yaxes(range=[math.log10(lo), math.log10(hi)], tickvals=ticks,
-                         ticktext=[f"{v:,.0f}" if v >= 1 else f"{v:.2g}" for v in ticks])
+        fig.update_yaxes(**tok_s_log_axis(ys))
     if xs:
         lo, hi = min(xs) / LOG_PAD, max(xs) * LOG_PAD
         ticks = [v for v in (2 ** n for n in range(0, 20)) if lo <= v <= hi]  # concurrency doubles

@@ -12,6 +12,7 @@ import json
 import math
 
 from roofline import __version__
+from roofline.advise.ties import tie_marks
 from roofline.model.formats import format_label
 from roofline.units import human_bytes
 
@@ -214,7 +215,6 @@ def _tok_s(value) -> str:
 def headline(data: ReportData) -> str:
     a = data.audit
     hardware = a.get("hardware") or {}
-    efficiency = a.get("efficiency") or {}
     memory = a.get("memory") or {}
     total = float(a.get("bytes_per_token") or 0)
     cards = [
@@ -385,11 +385,12 @@ def cuda_graph_section(data: ReportData) -> str:
 
 def _with_tie_marks(rows: list[dict]) -> list[dict]:
     """Each row with its tie group as the terminal marks it (=a, =b, ...), in the order the groups appear."""
-    groups = list(dict.fromkeys((row.get("tie") or {}).get("group") for row in rows
-                                if isinstance(row.get("tie"), dict) and (row.get("tie") or {}).get("group")))
-    marks = {group: f"={chr(ord('a') + n)}" for n, group in enumerate(groups[:26])}
-    return [{**row, "tie_mark": marks.get((row.get("tie") or {}).get("group") if isinstance(row.get("tie"), dict)
-                                          else None, "")} for row in rows]
+    def group(row: dict):
+        tie = row.get("tie")
+        return tie.get("group") if isinstance(tie, dict) else None
+
+    marks = tie_marks(group(row) for row in rows)
+    return [{**row, "tie_mark": marks.get(group(row), "")} for row in rows]
 
 
 def plan_section(data: ReportData, figure) -> str:

@@ -34,7 +34,7 @@ LOG_FIGURES = {
     "available_kv_gib": r"Available KV cache memory: ([\d.]+) GiB",
     "kv_tokens": r"KV cache size: ([\d,]+) tokens",
     "max_concurrency": r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x",
-    "graph_pool_gib": r"Graph capturing finished in [\d.]+ secs?, took ([\d.-]+) GiB",
+    "cuda_graph_gib": r"Graph capturing finished in [\d.]+ secs?, took ([\d.-]+) GiB",
     "activation_peak_gib": r"([\d.]+) GiB for peak activation",
     "non_torch_gib": r"([\d.]+) GiB for non-torch memory",
     "block_size": r"Setting attention block size to (\d+) tokens",

@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from roofline.data import load_table
@@ -227,18 +228,24 @@ def decode_curve(inventory: Inventory, hardware: Hardware, levels, context: int,
     the StepConfig's topology and placement (tensor parallelism)."""
     curve = []
     one = None
-    parallel = parallel or {}
+    price = step_pricer(inventory, hardware, context, kv_cache_dtype, routing, parallel)
     for n in levels:
-        step = price_step(inventory, hardware, StepConfig(batch=n, context=context, kv_cache_dtype=kv_cache_dtype,
-                                                          routing=routing, **parallel))
+        step = price(n)
         one = one or (step if n == 1 else None)
         b = step.breakdown()
         curve.append(CurvePoint(n, step.step_ms, step.tok_s, step.per_stream_tok_s, b.bound, b.memory_time_s * 1e3,
                                 b.compute_time_s * 1e3, b.launch_time_s * 1e3, fit is None or n <= fit))
     knee = next((p.concurrency for p in curve if p.bound == "compute"), None)
-    one = one or price_step(inventory, hardware, StepConfig(context=context, kv_cache_dtype=kv_cache_dtype,
-                                                            routing=routing, **parallel))
-    return curve, knee, one
+    return curve, knee, one or price(1)
+
+
+def step_pricer(inventory: Inventory, hardware: Hardware, context: int, kv_cache_dtype: str, routing: str,
+                parallel: dict | None = None):
+    """n -> the step model's price of decoding n sequences of `context` tokens (the curve and the SLO)."""
+    def price(n: int):
+        return price_step(inventory, hardware, StepConfig(batch=n, context=context, kv_cache_dtype=kv_cache_dtype,
+                                                          routing=routing, **(parallel or {})))
+    return price
 
 
 def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capacity:
@@ -305,9 +312,8 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     slo = None
     if request.min_tok_s is not None or request.max_ttft_ms is not None:
         kv_limit = kv.num_blocks // per_request_blocks
-        slo = answer_slo(lambda n: price_step(inventory, hardware, StepConfig(
-            batch=n, context=context, kv_cache_dtype=kv_name, routing=request.routing, **parallel)),
-            request, fit, "kv memory" if kv_limit < max_seqs else "max_num_seqs", ttft, context)
+        slo = answer_slo(step_pricer(inventory, hardware, context, kv_name, request.routing, parallel),
+                         request, fit, "kv memory" if kv_limit < max_seqs else "max_num_seqs", ttft, context)
     return Capacity(model_id=inventory.model_id, hardware=hardware, request=request, memory_terms=terms, kv=kv,
                     curve=curve, knee_concurrency=knee, ttft_ms=ttft * 1e3, context=context, fit_concurrency=fit,
                     recommended_kv_cache_memory_bytes=recommended, notes=notes,
@@ -342,6 +348,7 @@ def answer_slo(price, request: Request, fit: int, fit_bound: str, alone_s: float
     still decodes min_tok_s and a new request's first token comes within max_ttft_ms. Per-stream tok/s
     falls and TTFT grows with n, so the answer is found by bisection. TTFT under load (an estimate):
     the request's prefill alone plus one decode step of the n running streams it joins."""
+    @functools.cache
     def holds(n: int):
         step = price(n)
         ttft_ms = 1e3 * (alone_s + step.step_ms / 1e3)

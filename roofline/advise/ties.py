@@ -53,6 +53,13 @@ class Evidence:
         return row["checkpoint"] if row else None
 
 
+def tie_marks(groups) -> dict[int, str]:
+    """Each tie group (in the order given, repeats and 0 ignored) as its own mark, =a, =b, ..., so two
+    ties in a row never read as one: the terminal and the report mark them alike."""
+    ordered = list(dict.fromkeys(g for g in groups if g))
+    return {group: f"={chr(ord('a') + n)}" for n, group in enumerate(ordered[:26])}
+
+
 def tolerance() -> tuple[float, str]:
     entry = load_table("rules")["ranking"]
     return float(entry["tie_tolerance"]), entry["tie_source"]
@@ -65,7 +72,7 @@ def needs_calibration(fmt: str) -> bool:
 def _score(rec, evidence: Evidence) -> tuple:
     measured = evidence.measurement(rec.format)
     same_base = bool(measured) and measured.get("base", "").lower() == evidence.base.lower()
-    given = getattr(rec, "given", False)  # the user's own checkpoint exists and needs no quantizing
+    given = rec.given  # the user's own checkpoint exists and needs no quantizing
     return (measured is not None, same_base, measured["tok_s"] if same_base else 0.0,
             given or evidence.published(rec.format) is not None, given or not needs_calibration(rec.format))
 
@@ -79,7 +86,7 @@ def _why(winner, runner_up, evidence: Evidence) -> str:
         return (f"measured on {evidence.hardware}{where}: {label} {measured['tok_s']:g} tok/s, "
                 f"{measured['checkpoint']} ({measured['source']})")
     if a[3] != b[3]:
-        if getattr(winner, "given", False):
+        if winner.given:
             return "the checkpoint given exists: nothing to quantize"
         return f"a published checkpoint exists: {evidence.published(winner.format)}"
     if a[4] != b[4]:

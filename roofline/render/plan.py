@@ -1,7 +1,7 @@
 """Terminal presentation of a plan: simulated formats, the ranked table, the top pick."""
 from __future__ import annotations
 
-from roofline.advise.ties import tolerance
+from roofline.advise.ties import tie_marks, tolerance
 from roofline.model.formats import format_label
 from roofline.units import human_bytes
 
@@ -15,12 +15,6 @@ def _drop_first(concurrency: int) -> list[str]:
     if concurrency == 1:
         return [f"total @{concurrency}", "bound", "resident"]
     return ["bound", "resident", "1-stream tok/s"]
-
-
-def tie_labels(recommendations) -> dict[int, str]:
-    """Each tie group shown as its own mark (=a, =b, ...), so two ties in a row never read as one."""
-    groups = list(dict.fromkeys(r.tie_group for r in recommendations if r.tie_group))
-    return {group: f"={chr(ord('a') + i)}" for i, group in enumerate(groups)}
 
 
 def _tie_span(label: str, members, workload) -> str:
@@ -53,7 +47,7 @@ def render_plan(plan, top: int = 12, wide: bool = False) -> str:
     # at one stream the stream's tok/s is the figure: its heading need not say so
     rows = [["#", "format", "recipe", "backend", "tok/s" if w.concurrency == 1 else "1-stream tok/s",
              f"total @{w.concurrency}", "bound", "resident", "fits"]]
-    groups = tie_labels(plan.recommendations[:top])
+    groups = tie_marks(r.tie_group for r in plan.recommendations[:top])
     for r in plan.recommendations[:top]:
         rows.append([f"{r.rank}{groups.get(r.tie_group, '')}", format_label(r.format), r.recipe, r.backend.name,
                      f"{r.single_stream_tok_s:.1f}",

@@ -157,8 +157,9 @@ def list_variants(base: str, limit: int | None = None) -> tuple[list[Variant], s
     return variants, "hub"
 
 
-def _cached_listing(base: str, limit: int | None, missing_ok: bool = False) -> list[Variant] | None:
-    entry = read_entry(_listing_path(base))
+def _cached_listing(base: str, limit: int | None, missing_ok: bool = False, entry=None) -> list[Variant] | None:
+    """The listing of BASE last fetched (`entry`: that file already read)."""
+    entry = read_entry(_listing_path(base)) if entry is None else entry
     if not isinstance(entry, dict) or entry.get("base") != base or not isinstance(entry.get("variants"), list):
         if missing_ok:
             return None
@@ -303,7 +304,7 @@ def cached_published(base_name: str) -> list[dict]:
         base = entry.get("base") if isinstance(entry, dict) else None
         if not isinstance(base, str) or repo_name(base).lower() != base_name.lower():
             continue
-        for variant in _cached_listing(base, None, missing_ok=True) or []:
+        for variant in _cached_listing(base, None, missing_ok=True, entry=entry) or []:
             if variant.skipped or classify(variant, has_token=True):
                 continue
             try:
