@@ -12,6 +12,11 @@ Decode step time, prefill cancelled: for each batch, the same prompts generate `
 `long` tokens (ignore_eos); step = (t_long - t_short) / (long - short), the median of `repeats`.
 Start-up figures are parsed from vLLM's own log lines (model loading GiB, available KV cache GiB,
 KV cache tokens, maximum concurrency, CUDA-graph pool GiB).
+
+With --profile-batches, one decode step per named batch is profiled the same way (torch profiler, CUDA
+activity, two generation lengths, the difference per step): GPU kernels per step by launcher (the
+LAUNCHERS table, by kernel name), the kernels' own GPU time per step, the host's kernel and graph
+launches per step, and the most frequent kernel names.
 """
 from __future__ import annotations
 
@@ -41,6 +46,26 @@ LOG_FIGURES = {
 }
 
 
+# which library launched a kernel, by its name (first match wins); CUPTI names a hand-written Triton
+# kernel by its bare Python function name, a compiled CUDA kernel by its demangled signature
+LAUNCHERS = [
+    ("triton", r"^triton_"),  # torch.compile (Inductor) kernels
+    ("cublas", r"^nvjet|^sm\d+_xmma|^ampere_|^sm\d+_gemm"),  # cuBLAS's own kernels have bare names too
+    ("triton", r"^[A-Za-z_][A-Za-z0-9_]*$"),  # any other bare identifier: a hand-written Triton kernel
+    ("flash_attention", r"flash|fmha|FlashAttn|flashmla|mla_|attention"),
+    ("cutlass", r"cutlass|sm90_|Sm90|Sm100"),
+    ("cublas", r"gemv|gemm|splitKreduce|cublas|xmma"),
+    ("marlin", r"marlin|Marlin"),
+    ("vllm_custom_op", r"vllm::|_C::|moe|topk|rms_norm|rotary|silu_and_mul|act_and_mul|reshape_and_cache|scaled_fp8|per_token"),
+    ("aten", r"at::|elementwise|reduce_kernel|index|copy|fill|cat"),
+    ("other", r"."),
+]
+
+
+def launcher(name: str) -> str:
+    return next(kind for kind, pattern in LAUNCHERS if re.search(pattern, name))
+
+
 class Lines(logging.Handler):
     def __init__(self):
         super().__init__()
@@ -60,6 +85,43 @@ def figures(lines: list[str]) -> dict:
     return out
 
 
+def profile_step(run, batch: int, short: int = 4, long: int = 20) -> dict:
+    """One decode step's kernels: the profiled difference of two generation lengths, per step."""
+    from collections import Counter
+
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    def counted(tokens: int):
+        run(batch, tokens)  # warm: the same path without the profiler first
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            run(batch, tokens)
+        kernels, busy_us, host = Counter(), 0.0, Counter()
+        for event in prof.events():
+            if event.device_type == DeviceType.CUDA:
+                if "Memcpy" in event.name or "Memset" in event.name:
+                    continue
+                kernels[event.name] += 1
+                busy_us += event.time_range.elapsed_us()
+            elif event.name in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                                "cudaGraphLaunch", "cuGraphLaunch"):
+                host[event.name] += 1
+        return kernels, busy_us, host
+
+    (k_short, busy_short, host_short), (k_long, busy_long, host_long) = counted(short), counted(long)
+    steps = long - short
+    per_name = {name: (k_long[name] - k_short[name]) / steps for name in set(k_long) | set(k_short)}
+    per_name = {name: n for name, n in per_name.items() if abs(n) > 1e-9}
+    by_launcher = Counter()
+    for name, n in per_name.items():
+        by_launcher[launcher(name)] += n
+    top = sorted(per_name.items(), key=lambda kv: -kv[1])[:60]
+    return {"batch": batch, "steps": steps, "kernels_per_step": sum(per_name.values()),
+            "by_launcher": dict(by_launcher), "kernel_busy_ms_per_step": (busy_long - busy_short) / steps / 1e3,
+            "host_launches_per_step": {k: (host_long[k] - host_short[k]) / steps for k in set(host_long) | set(host_short)},
+            "top_kernels": [{"name": name[:200], "launcher": launcher(name), "per_step": n} for name, n in top]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="folder with config.json")
@@ -72,6 +134,8 @@ def main() -> int:
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--quantization", default=None, help="e.g. fp8 (online W8A8 from BF16 weights)")
     parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--hf-overrides", default=None, help="JSON, e.g. '{\"num_hidden_layers\": 4}'")
+    parser.add_argument("--profile-batches", default="", help="batches to profile one decode step of, e.g. 1,32")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -89,7 +153,8 @@ def main() -> int:
               max_model_len=args.max_model_len, max_num_seqs=max(batches), quantization=args.quantization,
               kv_cache_dtype=args.kv_cache_dtype, seed=0,
               # the same prompts run again: a prefix-cache hit would shorten one run's prefill only
-              enable_prefix_caching=False)
+              enable_prefix_caching=False,
+              hf_overrides=json.loads(args.hf_overrides) if args.hf_overrides else None)
     start_s = time.perf_counter() - started
     vocab = llm.llm_engine.model_config.get_vocab_size()
 
@@ -115,12 +180,15 @@ def main() -> int:
         rows.append({"batch": batch, "context": args.context, "step_ms": 1e3 * step, "per_stream_tok_s": 1 / step,
                      "aggregate_tok_s": batch / step, "step_ms_runs": [1e3 * s for s in steps]})
         print(f"batch {batch:4d}: {1e3 * step:7.3f} ms/step, {batch / step:9.1f} tok/s", flush=True)
+    profiles = [profile_step(run, batch) for batch in
+                (int(b) for b in args.profile_batches.split(",") if b)]
     result = {
         "schema": "roofline.vllm_probe/1", "config": args.config, "mode": args.mode,
         "quantization": args.quantization, "kv_cache_dtype": args.kv_cache_dtype,
         "max_model_len": args.max_model_len, "vllm_version": vllm.__version__, "torch_version": torch.__version__,
         "gpu": torch.cuda.get_device_name(0), "python": platform.python_version(), "start_s": start_s,
-        "startup": figures(handler.lines), "decode": rows,
+        "startup": figures(handler.lines), "decode": rows, "profiles": profiles,
+        "hf_overrides": json.loads(args.hf_overrides) if args.hf_overrides else None,
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
     }
     with open(args.out, "w") as fh:

@@ -2,7 +2,8 @@
 # The GPU harness on the lent machine, in back-to-back `device` calls while it stays warm:
 #   benchmarks/gpu_vllm/run_probe.sh stage        (carry .whl/vllm-site/part00, then part01: one per call)
 #   benchmarks/gpu_vllm/run_probe.sh run CASES... (carry the last part: unpack the site, run the cases)
-# A case is NAME:CONFIG:MODE[:QUANTIZATION]; results land in $OUT/NAME.json and NAME.log.
+# A case is NAME:CONFIG:MODE[:QUANTIZATION[:PROBE ARGS]] (the args: probe.py options, no spaces inside one,
+# e.g. --profile-batches=1,32 --hf-overrides={"num_hidden_layers":4}); results land in $OUT/NAME.json and NAME.log.
 set -euo pipefail
 mkdir -p /tmp/parts
 for part in .whl/vllm-site/part*; do [ -f "$part" ] && cp "$part" /tmp/parts/; done
@@ -17,8 +18,8 @@ for wheel in .whl/vllm-extra/*.whl; do [ -f "$wheel" ] && python3 -m zipfile -e 
 export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONUNBUFFERED=1
 python3 -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__, torch.cuda.get_device_name(0))'
 for case in "$@"; do
-  IFS=: read -r name config mode quant <<<"$case"
+  IFS=: read -r name config mode quant extra <<<"$case"
   echo "== $name ($config, $mode${quant:+, $quant})"
   python3 benchmarks/gpu_vllm/probe.py --config "$config" --mode "$mode" ${quant:+--quantization "$quant"} \
-      --out "$OUT/$name.json" ${PROBE_ARGS:-} 2>&1 | grep -v "^\s*$" | tail -n 40 || echo "case $name failed"
+      --out "$OUT/$name.json" ${PROBE_ARGS:-} ${extra:-} 2>&1 | grep -v "^\s*$" | tail -n 40 || echo "case $name failed"
 done
