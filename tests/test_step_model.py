@@ -65,13 +65,16 @@ def test_hybrid_moe_loses_most_of_its_speed_in_eager_on_gb10(hybrid_nvfp4):
 
 
 def test_host_cost_drives_the_benefit(hybrid_nvfp4, dense_nvfp4):
-    """A faster host (the x86 figure) shrinks the hybrid's benefit; the dense one stays ~1."""
+    """A faster host (half GB10's calibrated cost per kernel) shrinks the hybrid's benefit, a slower
+    one (the x86 figure measured under vLLM's eager path) grows it; the dense one stays ~1."""
     hardware = get_hardware("gb10")
+    grace = launch_costs(hardware).host_us_per_kernel
     x86 = launch_costs(get_hardware("h200")).host_us_per_kernel
-    fast = price_step(hybrid_nvfp4, hardware, replace(GB10, host_us_per_kernel=x86))
+    fast = price_step(hybrid_nvfp4, hardware, replace(GB10, host_us_per_kernel=grace / 2))
     slow = price_step(hybrid_nvfp4, hardware, GB10)
-    assert fast.graph_benefit < slow.graph_benefit
-    assert fast.graph_tok_s == pytest.approx(slow.graph_tok_s)
+    slower = price_step(hybrid_nvfp4, hardware, replace(GB10, host_us_per_kernel=x86))
+    assert fast.graph_benefit < slow.graph_benefit < slower.graph_benefit
+    assert fast.graph_tok_s == pytest.approx(slow.graph_tok_s) == pytest.approx(slower.graph_tok_s)
     dense = price_step(dense_nvfp4, hardware, replace(GB10, host_us_per_kernel=x86))
     assert dense.graph_benefit == pytest.approx(1.0, abs=0.02)
     with pytest.raises(RooflineError):

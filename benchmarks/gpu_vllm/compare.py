@@ -19,6 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "vllm_h200"
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> int:
@@ -28,17 +29,22 @@ def main() -> int:
     from roofline.predict.hardware import get_hardware
     from roofline.predict.step import StepConfig, price_step
 
+    from fit import FIT_FILE, ROUTING
+
     hardware = get_hardware("h200")
     decode_rows, kv_rows = [], []
     for path in sorted(RESULTS.glob("*.json")):
+        if path == FIT_FILE:
+            continue
         result = json.loads(path.read_text())
         inventory = load_inventory(str(REPO / result["config"]))
         if result.get("quantization") == "fp8":
             inventory = simulate(inventory, "fp8", get_recipe("default"))
         graphs = result["mode"] == "graphs"
+        routing = ROUTING.get(inventory.config.get("model_type"), "uniform")  # dummy weights' routing (fit.py)
         for row in result["decode"]:
             step = price_step(inventory, hardware, StepConfig(batch=row["batch"], context=row["context"],
-                                                              graphs=graphs))
+                                                              graphs=graphs, routing=routing))
             decode_rows.append((path.stem, row["batch"], row["context"], row["step_ms"], step.step_ms,
                                 step.breakdown().bound))
         startup = result.get("startup") or {}

@@ -20,6 +20,8 @@ from .memo import IdentityMemo
 # roles whose modules are GEMMs counted by kernels.toml [role.*] (roles.toml `kernels`), in the
 # order a layer runs them
 GEMM_ROLES = tuple(role for role in ROLES if role in roles_where(kernels="gemm"))
+# per-head norms of q and k inside the attention (Qwen3's q_norm / k_norm), by module name
+QK_NORMS = frozenset({"q_norm", "k_norm"})
 
 
 @dataclass
@@ -27,13 +29,21 @@ class KernelCount:
     layer: int | None  # None: outside the decoder layers (embedding, final norm, lm_head, step)
     role: str  # a module role, or a core: attention_core, gdn_core, mamba_core, norms, step
     backend: str  # cublas, flashinfer_cutlass, marlin, triton, vllm, measured kernel family...
-    kernels: float
+    kernels: float  # launched per step with CUDA graphs (torch.compile's fused path)
     source: str  # the table entry's source, or "trace"
     names: list[str] = field(default_factory=list)  # kernel names, when measured
+    eager_kernels: float | None = None  # launched one by one under --enforce-eager (unfused); None: as kernels
+    # the host's Python work of the entry in eager mode beyond its launches, in kernel launches' worth
+    # of host time (so that it scales with the host class's cost per kernel)
+    host_equiv: float = 0.0
+
+    @property
+    def eager(self) -> float:
+        return self.kernels if self.eager_kernels is None else self.eager_kernels
 
     def to_json(self) -> dict:
         out = {"layer": self.layer, "role": self.role, "backend": self.backend, "kernels": self.kernels,
-               "source": self.source}
+               "eager_kernels": self.eager, "host_equiv": self.host_equiv, "source": self.source}
         if self.names:
             out["names"] = self.names
         return out
@@ -51,6 +61,10 @@ class KernelProfile:
     def kernels_per_token(self) -> float:
         return sum(c.kernels for c in self.counts)
 
+    @property
+    def eager_kernels_per_token(self) -> float:
+        return sum(c.eager for c in self.counts)
+
     def per_layer(self) -> dict[int | None, float]:
         out: dict[int | None, float] = defaultdict(float)
         for c in self.counts:
@@ -67,7 +81,7 @@ class KernelProfile:
         layers = self.per_layer()
         return {
             "model": self.model_id, "origin": self.origin, "device": self.device,
-            "kernels_per_token": self.kernels_per_token,
+            "kernels_per_token": self.kernels_per_token, "eager_kernels_per_token": self.eager_kernels_per_token,
             "per_layer": [{"layer": layer, "kernels": n} for layer, n in
                           sorted(layers.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))],
             "by_role": self.by_role(),
@@ -114,9 +128,16 @@ def estimate_kernels(inventory: Inventory, backend: str | None = None, moe_backe
     return _MEMO.get(inventory, (backend, moe_backend), lambda: _estimate(inventory, backend, moe_backend))
 
 
+def _count(layer, role, backend, entry: dict, times: float = 1.0, source: str | None = None) -> KernelCount:
+    """A table entry's kernels (graphs), its eager kernels and its host work, `times` over."""
+    eager = entry.get("eager_kernels", entry["kernels"])
+    return KernelCount(layer, role, backend, times * entry["kernels"], source or entry["source"],
+                       eager_kernels=times * eager, host_equiv=times * entry.get("eager_host_equiv", 0.0))
+
+
 def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None) -> KernelProfile:
     table = load_table("kernels")
-    roles_table, core = table["role"], table["core"]
+    roles_table, core, python = table["role"], table["core"], table["python"]
     shape = inventory.shape
     attention_layers = {a.layer for a in shape.attention}
     recurrent_kind = {r.layer: r.kind for r in shape.recurrent}
@@ -125,8 +146,11 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
 
     by_layer: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     outside: dict[str, list] = defaultdict(list)
+    norms: dict[int, list[str]] = defaultdict(list)  # each layer's norm modules, by their path below the layer
     counted = roles_where(kernels="gemm") | roles_where(kernels="moe") | roles_where(kernels="gather")
     for m in inventory.modules:
+        if m.role == "norm" and m.layer is not None:
+            norms[m.layer].append(m.name.split(f"layers.{m.layer}.", 1)[-1])
         if m.role not in counted:
             continue
         if m.layer is None or m.layer >= shape.num_layers:
@@ -137,17 +161,23 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
     counts: list[KernelCount] = []
     for layer in range(shape.num_layers):
         roles = by_layer.get(layer, {})
-        counts.append(KernelCount(layer, "norms", "vllm", core["layer_norms"]["kernels"], core["layer_norms"]["source"]))
+        qk_norm = any(path.rsplit(".", 1)[-1] in QK_NORMS for path in norms.get(layer, []))
+        # vLLM fuses the residual add into each of the block's own norms (not a mixer's inner norm):
+        # one kernel per norm the block holds (two in a pre-norm mixer + MLP block, one in a
+        # single-mixer block such as Nemotron-H's); an inventory without norm modules counts two
+        layer_norms = sum(1 for path in norms.get(layer, []) if "." not in path) or 2  # the block's own
+        counts.append(_count(layer, "norms", "vllm", core["layer_norms"], times=layer_norms / 2))
         if layer in attention_layers:
-            counts.append(KernelCount(layer, "attention_core", "vllm", core["attention"]["kernels"],
-                                      core["attention"]["source"]))
+            counts.append(_count(layer, "attention_core", "vllm", core["attention"]))
+            if qk_norm:
+                counts.append(_count(layer, "attention_core", "vllm", core["qk_norm"]))
             if gated:
-                counts.append(KernelCount(layer, "attention_core", "vllm", core["attention_output_gate"]["kernels"],
-                                          core["attention_output_gate"]["source"]))
+                counts.append(_count(layer, "attention_core", "vllm", core["attention_output_gate"]))
         elif recurrent_kind.get(layer) == "gdn":
-            counts.append(KernelCount(layer, "gdn_core", "triton", core["gdn"]["kernels"], core["gdn"]["source"]))
+            counts.append(_count(layer, "gdn_core", "triton", core["gdn"]))
         elif recurrent_kind.get(layer) == "mamba":
-            counts.append(KernelCount(layer, "mamba_core", "triton", core["mamba"]["kernels"], core["mamba"]["source"]))
+            counts.append(_count(layer, "mamba_core", "triton", core["mamba"]))
+            counts[-1].host_equiv += python["mamba"]["eager_host_equiv"]
         for role in GEMM_ROLES:
             if role not in roles:
                 continue
@@ -160,17 +190,19 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
         if "moe_experts" in roles:
             fmt = _main_format(roles["moe_experts"])
             moe = _entry("moe", fmt, moe_backend)
-            counts.append(KernelCount(layer, "moe_experts", moe["backend"], moe["kernels"], f"{fmt}: {moe['source']}"))
+            counts.append(_count(layer, "moe_experts", moe["backend"], moe, source=f"{fmt}: {moe['source']}"))
+            counts[-1].host_equiv += python["moe"]["eager_host_equiv"]
 
     # the token's embedding row is gathered whether or not the inventory lists the table
     counts.append(KernelCount(None, "embedding", "vllm", roles_table["embedding"]["other"],
                               roles_table["embedding"]["source"]))
-    counts.append(KernelCount(None, "norms", "vllm", core["final_norm"]["kernels"], core["final_norm"]["source"]))
+    counts.append(_count(None, "norms", "vllm", core["final_norm"]))
     lm_head = outside.get("lm_head")
     fmt = _main_format(lm_head) if lm_head else "bf16"
     gemm = _entry("gemm", fmt, backend)
-    counts.append(KernelCount(None, "lm_head", gemm["backend"], gemm["kernels"],
+    counts.append(KernelCount(None, "lm_head", gemm["backend"], roles_table["lm_head"]["gemms"] * gemm["kernels"],
                               f"{roles_table['lm_head']['source']}; {fmt}: {gemm['source']}"))
-    counts.append(KernelCount(None, "step", "vllm", core["step"]["kernels"], core["step"]["source"]))
-    notes = ["estimated from roofline/data/kernels.toml (vLLM 0.32 decode path); a profiler trace gives measured counts"]
+    counts.append(_count(None, "step", "vllm", core["step"]))
+    notes = ["estimated from roofline/data/kernels.toml (vLLM's decode path; counts checked against torch-profiler "
+             "steps of vLLM 0.26 on an H200, benchmarks/results/vllm_h200); a profiler trace gives measured counts"]
     return KernelProfile(inventory.model_id, "table", "cuda", counts, notes)

@@ -122,7 +122,9 @@ class Segment:
     extra_bytes: float = 0.0  # an emulated kernel's dequantized copy, written and read back
     resident_bytes: float = 0.0  # weights held by each rank
     compute_s: float = 0.0
-    kernels: float = 0.0
+    kernels: float = 0.0  # launched with CUDA graphs (replayed)
+    eager_kernels: float = 0.0  # launched one by one under --enforce-eager
+    host_equiv: float = 0.0  # the host's other Python work in eager mode, in kernel launches' worth
     collectives: list[Collective] = field(default_factory=list)
     memory_s: float = 0.0
     floor_s: float = 0.0
@@ -311,18 +313,19 @@ class StepTime:
         if step.handoff:
             parts["communication"] += step.handoff.seconds
         segments = step.segments
-        per_kernel = self.costs.graph_floor_us_per_kernel if graphs else self.costs.host_us_per_kernel
+        kernels = sum(s.kernels if graphs else s.eager_kernels for s in segments)
+        launch_time_s = sum(s.floor_s if graphs else s.host_s for s in segments)
         return Breakdown(
             weight_bytes=sum(s.weight_bytes for s in segments), kv_bytes=sum(s.kv_bytes for s in segments),
             state_bytes=sum(s.state_bytes for s in segments), extra_bytes=sum(s.extra_bytes for s in segments),
-            kernels=sum(s.kernels for s in segments),
+            kernels=kernels,
             collectives=sum(c.per_step for s in segments for c in s.collectives) + (
                 step.handoff.per_step if step.handoff else 0),
             memory_s=parts["memory"], compute_s=parts["compute"], launch_s=parts["launch"],
             communication_s=parts["communication"],
             pipeline_s=max(0.0, step.period_s(graphs) - step.round_trip_s(graphs)),
             memory_time_s=sum(s.memory_s for s in segments), compute_time_s=sum(s.compute_s for s in segments),
-            launch_time_s=sum(s.kernels for s in segments) * per_kernel * 1e-6)
+            launch_time_s=launch_time_s)
 
     @property
     def bound(self) -> str:
@@ -514,12 +517,15 @@ def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topol
         segment(layer.layer, False).compute_s += (attention_flops * q_heads * layer.head_dim * span * tokens_in
                                                   / topology.tp / (_tflops(hardware, "bf16") * 1e12 * utilization))
     for count in profile.counts:
-        segment(count.layer, count.role == "embedding").kernels += count.kernels
+        target = segment(count.layer, count.role == "embedding")
+        target.kernels += count.kernels
+        target.eager_kernels += count.eager
+        target.host_equiv += count.host_equiv
     _collectives(inventory, topology, placement, segments, tokens_in, micro)
     for target in segments.values():
         target.memory_s = target.bytes / bandwidth
         target.floor_s = target.kernels * costs.graph_floor_us_per_kernel * 1e-6
-        target.host_s = target.kernels * costs.host_us_per_kernel * 1e-6
+        target.host_s = (target.eager_kernels + target.host_equiv) * costs.host_us_per_kernel * 1e-6
     stages: list[list[Segment]] = [[] for _ in range(pp)]
     for key in sorted(segments, key=lambda k: (k[0] != "head", k[0] == "tail", k[1] if len(k) > 1 else 0)):
         stages[segments[key].stage].append(segments[key])
@@ -598,6 +604,8 @@ def _coefficients(hardware: Hardware, backend: Backend, costs: LaunchCosts, prof
         Coefficient("compute_utilization", compute["utilization"], "share of tensor peak", "estimate", compute["source"]),
         Coefficient("kernels_per_step", profile.kernels_per_token, "kernels", profile.origin,
                     "; ".join(profile.notes) or "roofline/data/kernels.toml"),
+        Coefficient("eager_kernels_per_step", profile.eager_kernels_per_token, "kernels", profile.origin,
+                    "kernels launched one by one under --enforce-eager (no Inductor fusion)"),
         Coefficient("graph_floor", costs.graph_floor_us_per_kernel, "us per kernel", costs.floor_kind, costs.floor_source),
         Coefficient("host_launch", costs.host_us_per_kernel, "us per kernel", costs.host_kind, costs.host_source),
     ]

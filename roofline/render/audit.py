@@ -18,9 +18,14 @@ def step_made_of(step) -> str:
     if b.compute_s > 0.005 * b.seconds:
         parts.append(f"compute {b.compute_s * 1e3:.3g} ms")
     if b.launch_s > 0:
-        per_kernel = step.costs.graph_floor_us_per_kernel if step.config.graphs else step.costs.host_us_per_kernel
-        mode = "CUDA graphs" if step.config.graphs else "eager"
-        parts.append(f"launches {b.launch_s * 1e3:.3g} ms ({b.kernels:.0f} kernels x {per_kernel:g} us, {mode})")
+        if step.config.graphs:
+            parts.append(f"launches {b.launch_s * 1e3:.3g} ms ({b.kernels:.0f} kernels x "
+                         f"{step.costs.graph_floor_us_per_kernel:g} us, CUDA graphs)")
+        else:
+            python = sum(s.host_equiv for s in step.main.segments)
+            extra = f" + {python:.0f} launches' worth of MoE / Mamba Python" if python >= 0.5 else ""
+            parts.append(f"host {b.launch_s * 1e3:.3g} ms ({b.kernels:.0f} kernels{extra} x "
+                         f"{step.costs.host_us_per_kernel:g} us, eager)")
     if b.communication_s > 0:
         parts.append(f"collectives {b.communication_s * 1e3:.3g} ms")
     return " + ".join(parts) + f"; {b.bound}-bound"
