@@ -360,8 +360,9 @@ def test_calibrated_launch_costs_are_saved_and_used_when_asked(tmp_path, monkeyp
     assert audit["cuda_graph"]["graph_floor_kind"] == "calibrated"
     table = audit_of(DENSE_BF16, "--hardware", "h100-sxm")
     assert table["cuda_graph"]["host_us_per_kernel"] == load_table("launch")["host"]["x86_server"]["host_us_per_kernel"]
-    # a dearer host makes eager slower, graphs a little slower (floor 2.47 vs 2.2 us)
-    assert audit["cuda_graph"]["eager_tok_s"] < table["cuda_graph"]["eager_tok_s"]
+    # the calibrated host cost (17.7 us per plain PyTorch kernel) is below vLLM's measured eager path
+    # (33 us): eager comes out faster with it
+    assert audit["cuda_graph"]["eager_tok_s"] > table["cuda_graph"]["eager_tok_s"]
 
 
 def test_launch_costs_need_a_gpu():
