@@ -11,6 +11,7 @@ from roofline.model.formats import PLAIN_FORMATS, format_label
 from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory
 from roofline.model.roles import roles_where
+from roofline.predict.bands import Band, band_for, band_json
 from roofline.predict.graphs import cuda_graph_summary
 from roofline.predict.hardware import Hardware
 from roofline.predict.step import StepConfig, StepTime, price_step
@@ -100,6 +101,10 @@ class AuditResult:
     def ceiling_tok_s(self) -> float:
         return self.step.ceiling_tok_s
 
+    def band(self, graphs: bool | None = None) -> Band | None:
+        """The validated error band of the expected tok/s (None: no validation for this class)."""
+        return band_for(self.inventory, self.hardware, self.step.config.graphs if graphs is None else graphs)
+
     def to_json(self) -> dict:
         inv, shape, hw, t = self.inventory, self.inventory.shape, self.hardware, self.traffic
         weights_gb = inv.weight_bytes / 1e9
@@ -132,6 +137,8 @@ class AuditResult:
             "ceiling_tok_s": self.ceiling_tok_s,
             "ceiling_tok_s_per_stream": self.ceiling_tok_s / self.scenario.batch,
             "expected_tok_s": self.expected_tok_s,
+            "expected_band": band_json(self.band()),
+            "eager_band": band_json(self.band(graphs=False)),
             "efficiency": {"value": hw.efficiency, "kind": hw.efficiency_kind, "source": hw.efficiency_source},
             "step": self.step.to_json(),
             "memory": {"weights_gb": weights_gb, "usable_gb": hw.usable_memory_gb,

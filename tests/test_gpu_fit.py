@@ -103,3 +103,43 @@ def test_kernel_table_counts_what_vllm_launched(case):
     profile = estimate_kernels(load_inventory(str(ROOT / "tests" / "reference_configs" / PROFILED[case])))
     estimate = profile.kernels_per_token if result["mode"] == "graphs" else profile.eager_kernels_per_token
     assert estimate == pytest.approx(measured, rel=0.04)
+
+
+def test_validation_files_are_current():
+    """docs/VALIDATION.md and roofline/data/validation.toml are what the results and the shipped step model
+    give now (benchmarks/gpu_vllm/validation.py --check)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_vllm" / "validation.py"), "--check"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_tok_s_carries_its_band():
+    """audit's expected tok/s: the band of its class on the H200, the H200's as the nearest class on an
+    H100 (same generation), none on GB10; plan and capacity carry the same band."""
+    from roofline.cli import main as cli
+
+    def json_of(*args):
+        import contextlib
+        import io
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert cli([*args, "--json"]) == 0
+        return json.loads(out.getvalue())
+
+    dense = str(ROOT / "tests" / "reference_configs" / "Qwen__Qwen3-8B")
+    moe = str(ROOT / "tests" / "reference_configs" / "Qwen__Qwen3-30B-A3B")
+    table = {(b["hardware"], b["mode"], b["family"]): b for b in load_table("validation")["band"]}
+    h200 = json_of("audit", dense, "--hardware", "h200")
+    assert h200["expected_band"]["error"] == table[("h200", "graphs", "dense")]["error"]
+    assert h200["expected_band"]["exact"] and "±" in h200["expected_band"]["text"]
+    assert h200["eager_band"]["error"] == table[("h200", "eager", "dense")]["error"]
+    h100 = json_of("audit", moe, "--hardware", "h100-sxm")
+    assert h100["expected_band"]["family"] == "moe" and not h100["expected_band"]["exact"]
+    assert "nearest: H200" in h100["expected_band"]["text"]
+    gb10 = json_of("audit", dense, "--hardware", "gb10")
+    assert gb10["expected_band"] == {"text": "no validation for this class"}
+    assert json_of("plan", dense, "--hardware", "h200")["band"] == h200["expected_band"]
+    assert json_of("capacity", moe, "--hardware", "h200")["band"]["error"] == table[("h200", "graphs", "moe")]["error"]

@@ -18,6 +18,7 @@ from roofline.data import load_table
 from roofline.errors import RooflineError
 from roofline.model.architecture import config_int, text_config
 from roofline.model.inventory import Inventory
+from roofline.predict.bands import band_for, band_json
 from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
 from roofline.predict.launch import graphs_apply
@@ -108,6 +109,7 @@ class Capacity:
     notes: list[str] = field(default_factory=list)
     kv_cache_dtype_resolved: str = ""  # the KV dtype the cache is sized at ("auto" resolved as vLLM does)
     slo: SloAnswer | None = None  # --min-tok-s / --max-ttft
+    band: dict = field(default_factory=dict)  # the curve's validated error band (predict/bands.py)
 
     def verdict(self) -> str:
         """The summary of the table beneath it: a peak only among the concurrencies that fit."""
@@ -141,6 +143,7 @@ class Capacity:
             "recommended_kv_cache_memory_bytes": self.recommended_kv_cache_memory_bytes,
             "verdict": self.verdict(), "notes": list(self.notes),
             "slo": self.slo.to_json() if self.slo else None,
+            "band": self.band,
         }
 
 
@@ -317,7 +320,8 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     return Capacity(model_id=inventory.model_id, hardware=hardware, request=request, memory_terms=terms, kv=kv,
                     curve=curve, knee_concurrency=knee, ttft_ms=ttft * 1e3, context=context, fit_concurrency=fit,
                     recommended_kv_cache_memory_bytes=recommended, notes=notes,
-                    kv_cache_dtype_resolved=traffic_kv.kv_dtype, slo=slo)
+                    kv_cache_dtype_resolved=traffic_kv.kv_dtype, slo=slo,
+                    band=band_json(band_for(inventory, hardware, graphs=True)))
 
 
 def _parallel(inventory: Inventory, hardware: Hardware, request: Request) -> dict:

@@ -25,6 +25,7 @@ from roofline.model.inventory import Inventory
 from roofline.model.naming import base_model_name
 from roofline.model.roles import role_properties
 from roofline.predict.backends import Backend, backends_for
+from roofline.predict.bands import band_for, band_json
 from roofline.predict.hardware import Hardware
 from roofline.predict.step import StepConfig, StepTime, price_step
 from roofline.predict.topology import SINGLE, Topology, kv_split, sharing_ranks, tensor_parallel_placement, tp_refusal
@@ -441,6 +442,7 @@ class Plan:
                 for s in self.simulated
             ],
             "recommendations": [r.to_json() for r in self.recommendations],
+            "band": band_json(band_for(inv, hw, graphs=True)),
             "top_pick": self.top.to_json() if self.top else None,
             "pick_at_one": ({"format": self.pick_at_one.format, "recipe": self.pick_at_one.recipe,
                              "single_stream_tok_s": self.pick_at_one.single_stream_tok_s}

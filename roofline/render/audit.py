@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from roofline.audit import AuditResult
 from roofline.model.formats import format_label
+from roofline.predict.bands import band_short, band_text
 from roofline.units import human_bytes
 
 from .text import text_table
@@ -49,11 +50,15 @@ def render_audit(result: AuditResult, max_rows: int = 25) -> str:
         f"  ceiling              {result.ceiling_tok_s:.1f} tok/s"
         f"{f'  ({result.ceiling_tok_s / s.batch:.1f} per stream)' if s.batch > 1 else ''}"
         "  (bytes at the datasheet bandwidth)",
-        f"  expected             {result.expected_tok_s:.1f} tok/s  ({step_made_of(result.step)})",
+        f"  expected             {result.expected_tok_s:.1f} tok/s {band_short(result.band())} "
+        f" ({step_made_of(result.step)})",
+        f"  validated            {band_text(result.band())}",
     ]
     cg = result.cuda_graph
     if cg is not None:
+        eager = result.band(graphs=False)
         lines.append(f"  CUDA graphs          {cg['graph_tok_s']:.1f} tok/s vs eager {cg['eager_tok_s']:.1f}"
+                     f"{' ' + band_short(eager) if eager else ''}"
                      f"  (x{cg['benefit']:.2f}; {cg['kernels_per_token']:.0f} kernels/token)")
     lines += ["", "bytes per token by module kind:"]
     rows = [["module", "role", "n", "format", "quant method", "resident", "per token", "share", ""]]

@@ -36,6 +36,8 @@ def render_capacity(payload: dict) -> str:
                      f"{p['per_stream_tok_s']:.2f}", p["bound"] + (" <- knee" if p["concurrency"] == payload["knee_concurrency"] else ""),
                      "yes" if p["fits"] else "no"])
     lines += ["    " + line for line in text_table(rows, right={0, 1, 2, 3})]
+    if payload.get("band"):
+        lines += wrapped(f"tok/s validated {payload['band']['text']}", width, "    ")
     lines += wrapped(payload["verdict"], width, "  ")
     if payload.get("slo"):
         lines += wrapped(f"SLO: {payload['slo']['sentence']}", width, "  ")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from roofline.advise.ties import tie_marks, tolerance
+from roofline.predict.bands import band_for, band_text
 from roofline.model.formats import format_label
 from roofline.units import human_bytes
 
@@ -55,6 +56,7 @@ def render_plan(plan, top: int = 12, wide: bool = False) -> str:
                      "yes" if r.fits else "NO"])
     table, dropped = fitted_table(rows, {0, 4, 5, 7}, width, _drop_first(w.concurrency), indent=2)
     lines += ["  " + line for line in table]
+    lines += wrapped(f"tok/s validated {band_text(band_for(inv, hw, graphs=True))}", width, "  ")
     dropped = dropped_simulated + dropped
     if dropped:
         lines += wrapped(f"({', '.join(dropped)} left out to fit the terminal; --wide shows every column)", width,
