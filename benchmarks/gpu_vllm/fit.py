@@ -27,13 +27,8 @@ fits neither and is left out of the fit (shown in VALIDATION.md).
 from __future__ import annotations
 
 import json
-import math
-import statistics
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "vllm_h200"
@@ -45,36 +40,8 @@ ROUTING = {"nemotron_h": "shared", "deepseek_v3": "shared"}
 LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown"}
 HARDWARE = "h200"
 
-
-@dataclass
-class Row:
-    case: str
-    architecture: str  # model_type
-    config: str
-    quantization: str | None
-    mode: str  # graphs | eager
-    batch: int
-    context: int
-    measured_ms: float
-    vllm_version: str
-    gpu: str
-    routing: str = "uniform"
-    # the step's terms independent of the fitted coefficients, per segment
-    memory_at_full_s: list[float] = field(default_factory=list)  # bytes / (datasheet bandwidth x backend)
-    compute_s: list[float] = field(default_factory=list)
-    kernels: float = 0.0
-    eager_kernels: float = 0.0
-    moe_layers: int = 0
-    mamba_layers: int = 0
-
-    def graphs_s(self, efficiency: float, floor_us: float) -> float:
-        return sum(max(m / efficiency, c) for m, c in zip(self.memory_at_full_s, self.compute_s)) \
-            + self.kernels * floor_us * 1e-6
-
-    def eager_s(self, efficiency: float, floor_us: float, host_us: float, moe_equiv: float,
-                mamba_equiv: float) -> float:
-        host = (self.eager_kernels + self.moe_layers * moe_equiv + self.mamba_layers * mamba_equiv) * host_us * 1e-6
-        return max(self.graphs_s(efficiency, floor_us), host)
+from roofline.live import engine_fit  # noqa: E402
+from roofline.live.engine_fit import Fit, Row, errors, rows_for, summary  # noqa: E402,F401
 
 
 def load_rows() -> list[Row]:
@@ -83,7 +50,6 @@ def load_rows() -> list[Row]:
     from roofline.audit import load_inventory
     from roofline.model.architecture import text_config
     from roofline.predict.hardware import get_hardware
-    from roofline.predict.step import StepConfig, price_step
 
     hardware = get_hardware(HARDWARE)
     rows = []
@@ -95,94 +61,13 @@ def load_rows() -> list[Row]:
         if result.get("quantization") == "fp8":
             inventory = simulate(inventory, "fp8", get_recipe("default"))
         architecture = text_config(inventory.config).get("model_type") or inventory.config.get("model_type")
-        routing = ROUTING.get(architecture, "uniform")
-        recurrent = [r.kind for r in inventory.shape.recurrent]
-        moe_layers = len({m.layer for m in inventory.modules if m.role == "moe_experts" and m.layer is not None})
-        for decode in result["decode"]:
-            step = price_step(inventory, hardware, StepConfig(batch=decode["batch"], context=decode["context"],
-                                                              routing=routing))
-            segments = step.main.segments
-            rows.append(Row(
-                case=path.stem, architecture=architecture, config=result["config"],
-                quantization=result.get("quantization"), mode=result["mode"], batch=decode["batch"],
-                context=decode["context"], measured_ms=decode["step_ms"], vllm_version=result["vllm_version"],
-                gpu=result["gpu"], routing=routing,
-                memory_at_full_s=[s.memory_s * hardware.efficiency for s in segments],
-                compute_s=[s.compute_s for s in segments],
-                kernels=sum(s.kernels for s in segments), eager_kernels=sum(s.eager_kernels for s in segments),
-                moe_layers=moe_layers, mamba_layers=recurrent.count("mamba")))
+        rows += rows_for(result, inventory, hardware, path.stem, ROUTING.get(architecture, "uniform"))
     return rows
 
 
-EFFICIENCIES = np.arange(500, 1001, 5) / 1000  # the grids searched
-FLOORS_US = np.arange(0, 401, 5) / 100
-HOSTS_US = np.arange(100, 801, 5) / 10
-MOE_EQUIVS = np.arange(0, 81) / 2
-MAMBA_EQUIVS = np.arange(0, 121) / 2
-
-
-def _device_s(row: Row) -> np.ndarray:
-    """The graph step over the grid: [efficiency, floor]."""
-    memory = np.asarray(row.memory_at_full_s)[:, None] / EFFICIENCIES[None, :]
-    roofs = np.maximum(memory, np.asarray(row.compute_s)[:, None]).sum(axis=0)
-    return roofs[:, None] + row.kernels * FLOORS_US[None, :] * 1e-6
-
-
-def fit_graphs(rows: list[Row]) -> tuple[float, float]:
-    """(efficiency, floor us per kernel) minimizing the squared log error of the graph rows."""
-    loss = sum(np.log(_device_s(r) * 1e3 / r.measured_ms) ** 2 for r in rows)
-    i, j = np.unravel_index(np.argmin(loss), loss.shape)
-    return float(EFFICIENCIES[i]), float(FLOORS_US[j])
-
-
-def fit_eager(rows: list[Row], efficiency: float, floor_us: float) -> tuple[float, float, float]:
-    """(host us per kernel, MoE layer's Python, Mamba layer's Python in launches' worth), the rest fixed."""
-    moe = MOE_EQUIVS if any(r.moe_layers for r in rows) else MOE_EQUIVS[:1]
-    mamba = MAMBA_EQUIVS if any(r.mamba_layers for r in rows) else MAMBA_EQUIVS[:1]
-    loss = 0.0
-    for r in rows:
-        device = r.graphs_s(efficiency, floor_us)
-        launches = r.eager_kernels + r.moe_layers * moe[:, None] + r.mamba_layers * mamba[None, :]
-        host = launches[None, :, :] * HOSTS_US[:, None, None] * 1e-6
-        loss = loss + np.log(np.maximum(host, device) * 1e3 / r.measured_ms) ** 2
-    h, m, a = np.unravel_index(np.argmin(loss), loss.shape)
-    return float(HOSTS_US[h]), float(moe[m]), float(mamba[a])
-
-
-@dataclass
-class Fit:
-    efficiency: float
-    floor_us: float
-    host_us: float
-    moe_equiv: float
-    mamba_equiv: float
-
-    def predict_ms(self, row: Row) -> float:
-        seconds = row.graphs_s(self.efficiency, self.floor_us) if row.mode == "graphs" else \
-            row.eager_s(self.efficiency, self.floor_us, self.host_us, self.moe_equiv, self.mamba_equiv)
-        return seconds * 1e3
-
-
 def fit(rows: list[Row]) -> Fit:
-    graphs = [r for r in rows if r.mode == "graphs" and r.architecture not in LEFT_OUT]
-    eager = [r for r in rows if r.mode == "eager" and r.architecture not in LEFT_OUT]
-    efficiency, floor_us = fit_graphs(graphs)
-    host_us, moe_equiv, mamba_equiv = fit_eager(eager, efficiency, floor_us) if eager else (math.nan, 0.0, 0.0)
-    return Fit(efficiency, floor_us, host_us, moe_equiv, mamba_equiv)
-
-
-def errors(rows: list[Row], model: Fit) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"graphs": [], "eager": []}
-    for r in rows:
-        out[r.mode].append(model.predict_ms(r) / r.measured_ms - 1)
-    return out
-
-
-def summary(values: list[float]) -> dict:
-    if not values:
-        return {"points": 0}
-    return {"points": len(values), "mean_abs": statistics.mean(abs(v) for v in values),
-            "max_abs": max(abs(v) for v in values)}
+    """The H200 fit: every architecture but the ones left out."""
+    return engine_fit.fit([r for r in rows if r.architecture not in LEFT_OUT])
 
 
 def main() -> int:

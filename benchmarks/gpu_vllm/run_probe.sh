@@ -2,6 +2,8 @@
 # The GPU harness on the lent machine, in back-to-back `device` calls while it stays warm:
 #   benchmarks/gpu_vllm/run_probe.sh stage        (carry .whl/vllm-site/part00, then part01: one per call)
 #   benchmarks/gpu_vllm/run_probe.sh run CASES... (carry the last part: unpack the site, run the cases)
+#   benchmarks/gpu_vllm/run_probe.sh calibrate [ARGS...]  (roofline calibrate --engine vllm ARGS as a user
+#       runs it; carry .whl/roofline-deps too: roofline's own pure-Python requirements the image lacks)
 # A case is NAME:CONFIG:MODE[:QUANTIZATION[:PROBE ARGS]] (the args: probe.py options, no spaces inside one,
 # e.g. --profile-batches=1,32 --hf-overrides={"num_hidden_layers":4}); results land in $OUT/NAME.json and NAME.log.
 set -euo pipefail
@@ -9,6 +11,7 @@ mkdir -p /tmp/parts
 for part in .whl/vllm-site/part*; do [ -f "$part" ] && cp "$part" /tmp/parts/; done
 ls -la /tmp/parts
 [ "${1:-}" = "stage" ] && exit 0
+action=$1
 shift
 if [ ! -d /tmp/site/vllm ]; then
   mkdir -p /tmp/site
@@ -17,6 +20,16 @@ fi
 for wheel in .whl/vllm-extra/*.whl; do [ -f "$wheel" ] && python3 -m zipfile -e "$wheel" /tmp/site; done
 export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONUNBUFFERED=1
 python3 -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__, torch.cuda.get_device_name(0))'
+if [ "$action" = "calibrate" ]; then
+  mkdir -p /tmp/rdeps
+  for wheel in .whl/roofline-deps/*.whl; do [ -f "$wheel" ] && python3 -m zipfile -e "$wheel" /tmp/rdeps; done
+  # the image's own packages first, roofline's missing ones after
+  export PYTHONPATH=/tmp/site:$(pwd):/tmp/rdeps ROOFLINE_HARDWARE_FILE=$OUT/hardware.toml
+  python3 -m roofline.cli calibrate --engine vllm --save h200-here --json "$@" > "$OUT/calibrate.json" \
+      || { echo "calibrate failed"; exit 1; }
+  tail -c 4000 "$OUT/calibrate.json"
+  exit 0
+fi
 for case in "$@"; do
   IFS=: read -r name config mode quant extra <<<"$case"
   echo "== $name ($config, $mode${quant:+, $quant})"

@@ -11,6 +11,16 @@ from .output import echo, print_json
 
 
 @click.command(name="calibrate")
+@click.argument("models", nargs=-1, metavar="[MODEL ...]")
+@click.option("--engine", type=click.Choice(["torch", "vllm"]), default="torch", show_default=True,
+              help="torch: bandwidth (and launch costs on a GPU) from plain torch kernels. vllm: also run the "
+                   "installed vLLM offline with dummy weights on MODELs (bundled shapes, config folders or hub ids; "
+                   "default: qwen3-0.6b, plus qwen3-8b on a GPU) and fit the step model's coefficients to its "
+                   "decode steps (minutes, no download).")
+@click.option("--batches", "batches_text", default="1,4", show_default=True,
+              help="--engine vllm: concurrent sequences per run, comma-separated (1-1024).")
+@click.option("--context", type=types.CONTEXT_TOKENS, default=256, show_default=True,
+              help="--engine vllm: prompt tokens per sequence.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N, or auto (a GPU if torch sees one).")
 @click.option("--size-mb", "buffer_mb", type=types.BUFFER_MIB, default=512, show_default=True,
               help="MiB per buffer; must be far larger than the last-level cache.")
@@ -25,10 +35,18 @@ from .output import echo, print_json
               help="Saved entry: prior share of the roof a decode engine reaches on this host.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @quiet_option
-def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, name, efficiency, as_json):
+def command(models, engine, batches_text, context, device, buffer_mb, repetitions, threads, save_key, hardware_file,
+            name, efficiency, as_json):
     """Measure this host's achievable memory bandwidth (large copy and GEMV), so a CPU or GPU
-    host can be validated against its own roof. The roof is the best kernel's best repetition."""
+    host can be validated against its own roof. The roof is the best kernel's best repetition.
+    With --engine vllm, also time the installed vLLM's decode and fit the step model to it."""
     from roofline.live.calibrate import check_key, check_name, hardware_entry, measure, save_entry
+
+    if models and engine != "vllm":
+        raise RooflineError("MODEL arguments are for --engine vllm")
+    batches = types.parse_int_list(batches_text, "--batches", 1, 1024)
+    if context > 32768:
+        raise RooflineError("--context: at most 32768 tokens for a calibration run")
 
     if not 0 < efficiency <= 1:
         raise RooflineError("--efficiency must be in (0, 1]")
@@ -41,12 +59,26 @@ def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, na
 
     # each kernel as it is timed, on stderr: a terminal only, never with --quiet (or --json's stdout)
     progress = (lambda message: echo(message, err=True)) if progress_shown() else None
+    if engine == "vllm":
+        from roofline.live.engine_calibrate import vllm_version
+
+        vllm_version()  # one clear line before minutes of measuring, where there is no vLLM
     calibration = measure(device=device, buffer_mb=buffer_mb, repetitions=repetitions, threads=threads,
                           progress=progress)
     payload = calibration.to_json()
+    entry = hardware_entry(calibration, name=name, efficiency=efficiency)
+    engine_result = None
+    if engine == "vllm":
+        from roofline.live.engine_calibrate import calibrate_engine, engine_fields
+        from roofline.predict.hardware import Hardware
+
+        measured = Hardware(key=save_key or "calibrating", **(entry | {"aliases": ()}))
+        engine_result = calibrate_engine(measured, "cuda" if calibration.device.startswith("cuda") else "cpu",
+                                         tuple(models), tuple(batches), context, progress)
+        entry |= engine_fields(engine_result)
+        payload["engine"] = engine_result.to_json()
     saved = None
     if save_key:
-        entry = hardware_entry(calibration, name=name, efficiency=efficiency)
         saved = save_entry(save_key, entry, hardware_file)
         payload["saved"] = {"key": save_key, "file": saved}
     if as_json:
@@ -69,8 +101,27 @@ def command(device, buffer_mb, repetitions, threads, save_key, hardware_file, na
         echo(f"host launch cost {launch.host_us_per_kernel:.2f} us/kernel, CUDA-graph floor "
                    f"{launch.graph_floor_us_per_kernel:.2f} us/kernel (used by audit / plan / kernels "
                    f"with --hardware of the saved entry)")
+    if engine_result is not None:
+        _echo_engine(engine_result)
     for note in calibration.notes:
         echo(f"note: {note}")
     if saved:
         echo(f"saved as hardware '{save_key}' in {saved}: use --hardware {save_key}"
                    + (f" (with ROOFLINE_HARDWARE_FILE={saved})" if hardware_file else ""))
+
+
+def _echo_engine(result) -> None:
+    echo(f"vLLM {result.vllm_version} on {result.device_name}: decode steps measured and fitted")
+    echo(f"  {'model':14}{'mode':8}{'batch':>6}{'context':>9}{'measured ms':>13}{'fitted ms':>11}{'error':>8}")
+    for run in result.runs:
+        for row in run.rows:
+            fitted = result.fit.predict_ms(row)
+            echo(f"  {run.model[:14]:14}{run.mode:8}{row.batch:>6}{row.context:>9}{row.measured_ms:>13.2f}"
+                 f"{fitted:>11.2f}{100 * (fitted / row.measured_ms - 1):>+7.0f}%")
+    fit = result.fit
+    text = f"  efficiency {fit.efficiency:.3f} of the measured bandwidth"
+    if result.device == "cuda":
+        text += f", graph floor {fit.floor_us:.2f} us per kernel"
+        if fit.host_us == fit.host_us:
+            text += f", host {fit.host_us:.1f} us per eager kernel"
+    echo(text)

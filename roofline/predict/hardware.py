@@ -44,6 +44,7 @@ class Hardware:
     # gpu_memory_utilization; None: memory_gb (the datasheet) stands for it
     runtime_memory_gib: float | None = None
     runtime_memory_source: str = ""
+    vllm_version: str = ""  # the vLLM an entry's engine coefficients were fitted under (calibrate --engine vllm)
     origin: str = SHIPPED  # the file the entry comes from: the shipped table or the user's (calibrate --save)
 
     def supports(self, compute: str) -> bool:
@@ -91,6 +92,7 @@ class HardwareEntry(msgspec.Struct, forbid_unknown_fields=True):
     tensor_source: Text = ""
     runtime_memory_gib: Annotated[float, Meta(gt=0, le=1e6)] | None = None
     runtime_memory_source: Text = ""
+    vllm_version: Annotated[str, Meta(max_length=64)] = ""
 
 
 def check_entries(table, where: str) -> dict[str, HardwareEntry]:

