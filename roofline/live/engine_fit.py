@@ -76,7 +76,7 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
 
 
 EFFICIENCIES = np.arange(500, 1001, 5) / 1000  # the grids searched
-FLOORS_US = np.arange(0, 401, 5) / 100
+FLOORS_US = np.arange(0, 801, 5) / 100
 HOSTS_US = np.arange(100, 801, 5) / 10
 MOE_EQUIVS = np.arange(0, 81) / 2
 MAMBA_EQUIVS = np.arange(0, 121) / 2

@@ -31,7 +31,7 @@ class Band:
     exact: bool  # False: the nearest class (another GPU of the same architecture generation)
     points: int
     vllm_version: str
-    basis: str  # "leave one architecture out" | "in sample"
+    basis: str  # "out of sample" | "in sample"
     formats: tuple[str, ...] = ()  # the weight formats the class's points ran
 
     def text(self) -> str:
