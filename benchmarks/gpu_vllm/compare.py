@@ -22,7 +22,17 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def main() -> int:
+def engine_from_log(log: Path) -> dict:
+    """The scheduler's token budget as vLLM logged it ("Chunked prefill is enabled with
+    max_num_batched_tokens=N"), for results whose JSON did not record it."""
+    import re
+
+    match = re.search(r"max_num_batched_tokens=(\d+)", log.read_text()) if log.exists() else None
+    return {"max_num_batched_tokens": int(match.group(1))} if match else {}
+
+
+def compared() -> tuple[list, list]:
+    """(decode rows, KV rows): every result beside the step model's and capacity's figures for it."""
     from roofline.advise.capacity import Request, capacity
     from roofline.advise.simulate import get_recipe, simulate
     from roofline.audit import load_inventory
@@ -48,17 +58,22 @@ def main() -> int:
             decode_rows.append((path.stem, row["batch"], row["context"], row["step_ms"], step.step_ms,
                                 step.breakdown().bound))
         startup = result.get("startup") or {}
-        engine = result.get("engine") or {}
+        engine = result.get("engine") or engine_from_log(path.with_suffix(".log"))
         if "kv_tokens" in startup and result["decode"][0]["context"] <= 1024:
             request = Request(max_model_len=result["max_model_len"], max_num_seqs=max(r["batch"] for r in result["decode"]),
-                              max_num_batched_tokens=engine.get("max_num_batched_tokens"))
+                              max_num_batched_tokens=engine.get("max_num_batched_tokens"),
+                              enforce_eager=result["mode"] == "eager")
             try:
                 ours = capacity(inventory, hardware, request)
                 terms = {t.name: t.bytes / 2**30 for t in ours.memory_terms}
                 kv_rows.append((path.stem, startup["kv_tokens"], ours.kv.tokens, startup, terms))
             except Exception as exc:  # noqa: BLE001 - a refusal is a row too
                 kv_rows.append((path.stem, startup["kv_tokens"], None, startup, {"error": str(exc)}))
+    return decode_rows, kv_rows
 
+
+def main() -> int:
+    decode_rows, kv_rows = compared()
     print("decode step, vLLM 0.26.0 on an H200 (measured) vs roofline's step model (predicted)")
     print(f"{'case':24}{'batch':>6}{'ctx':>6}{'measured ms':>13}{'predicted ms':>14}{'error':>8}  bound")
     errors: dict[str, list[float]] = {"graphs": [], "eager": []}

@@ -51,6 +51,7 @@ class Request:
     max_ttft_ms: float | None = None  # the SLO "first token within S"
     tp: int = 1  # tensor-parallel ranks (--tensor-parallel-size): memory terms and KV pages per rank
     link: str | None = None  # interconnect of the TP ranks (hardware.toml [link.*]; default per hardware)
+    enforce_eager: bool = False  # --enforce-eager: no CUDA-graph pool, every kernel launched by the host
 
 
 @dataclass
@@ -173,15 +174,33 @@ def platform_layout(hardware: Hardware, mla: bool = False) -> KVLayout:
 
 
 def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int) -> float:
-    """Estimate of the profiling run's activation peak: one layer's hidden / MLP activations for
-    `tokens` tokens at the model dtype plus the sampler's fp32 logits for `seqs` sequences."""
+    """Estimate of vLLM's profiling-run activation peak: `tokens` tokens through the widest workspace of
+    one layer at the model dtype (a gated MLP's gate_up output and activation, 3 x intermediate; the
+    Triton fused-MoE caches, top-k x (gate_up width + intermediate + hidden); the q/k/v projection's
+    output) beside the residual stream (3 x hidden), plus the sampler's fp32 logits for `seqs`
+    sequences. Against vLLM 0.26.0's own profile on the H200 (benchmarks/results/vllm_h200): within
+    0.05 GiB on dense models, -0.65..+0.5 GiB on MoE and hybrid ones, -1.65 GiB on MLA."""
     cfg = text_config(inventory.config)
     shape = inventory.shape
     hidden = shape.hidden_size
-    inter = config_int(cfg, "moe_intermediate_size") * max(shape.experts_per_token, 1) \
-        or config_int(cfg, "intermediate_size", default=4 * hidden)
+    intermediate = config_int(cfg, "intermediate_size", default=4 * hidden)
+    widths = []
+    if any(m.role == "mlp" for m in inventory.modules):
+        widths.append(3 * intermediate)
+    experts = [m for m in inventory.modules if m.role == "moe_experts"]
+    if experts:
+        expert_inter = config_int(cfg, "moe_intermediate_size") or intermediate
+        layer = experts[0].layer
+        per_expert = sum(m.params for m in experts if m.layer == layer) / max(shape.num_experts, 1)
+        gated = per_expert > 2.5 * hidden * expert_inter  # gate, up, down (3) or up, down (2: relu^2)
+        widths.append(max(shape.experts_per_token, 1) * ((2 if gated else 1) * expert_inter + expert_inter + hidden))
+    heads = config_int(cfg, "num_attention_heads", default=0)
+    if heads:
+        kv_heads = config_int(cfg, "num_key_value_heads", default=heads)
+        head_dim = config_int(cfg, "head_dim", default=hidden // heads)
+        widths.append((heads + 2 * kv_heads) * head_dim)
     dtype = dtype_bytes(shape.dtype)
-    return tokens * (8 * hidden + 3 * inter) * dtype + seqs * shape.vocab_size * 4
+    return tokens * (max(widths, default=4 * hidden) + 3 * hidden) * dtype + seqs * shape.vocab_size * 4
 
 
 def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
@@ -211,16 +230,17 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
                         "checkpoint", "the checkpoint's tensors (audit)" if request.tp == 1 else
                         f"one of {request.tp} TP ranks' share of the checkpoint's tensors (replicated ones whole)"),
              MemoryTerm("activation_peak", activation_peak_bytes(inventory, tokens, seqs), "estimate",
-                        f"{tokens} batched tokens x one layer's activations + {seqs} x vocab fp32 logits "
-                        "(vLLM measures it in its profiling run)"),
+                        f"{tokens} batched tokens x one layer's widest workspace and the residual stream + "
+                        f"{seqs} x vocab fp32 logits (vLLM measures it in its profiling run)"),
              MemoryTerm("non_torch", mem["non_torch_gib"] * GIB if hardware.host != "cpu" else 0.0,
                         mem["non_torch_kind"], mem["non_torch_source"])]
-    if graphs_apply(hardware):
+    graph_pool = graphs_apply(hardware) and not request.enforce_eager  # eager: vLLM captures no graphs
+    if graph_pool:
         terms.append(MemoryTerm("cuda_graphs", mem["cuda_graph_gib"] * GIB, mem["cuda_graph_kind"],
                                 mem["cuda_graph_source"]))
     left = terms[0].bytes - sum(t.bytes for t in terms[1:])
     terms.append(MemoryTerm("kv_cache", left, "derived", "requested - weights - activation peak - non-torch"
-                            + (" - CUDA graphs" if graphs_apply(hardware) else "")))
+                            + (" - CUDA graphs" if graph_pool else "")))
     return terms
 
 
@@ -321,19 +341,21 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                     curve=curve, knee_concurrency=knee, ttft_ms=ttft * 1e3, context=context, fit_concurrency=fit,
                     recommended_kv_cache_memory_bytes=recommended, notes=notes,
                     kv_cache_dtype_resolved=traffic_kv.kv_dtype, slo=slo,
-                    band=band_json(band_for(inventory, hardware, graphs=True)))
+                    band=band_json(band_for(inventory, hardware, graphs=not request.enforce_eager)))
 
 
 def _parallel(inventory: Inventory, hardware: Hardware, request: Request) -> dict:
-    """The StepConfig fields of --tp N: vLLM's own refusal of the split first, then the ranks placed on
-    the hardware's links (one box; plan --gpus / --boxes ranks the splits over several)."""
+    """The StepConfig fields of the server's setup: eager or CUDA graphs, and for --tp N vLLM's own
+    refusal of the split first, then the ranks placed on the hardware's links (one box; plan --gpus /
+    --boxes ranks the splits over several)."""
+    mode = {"graphs": False} if request.enforce_eager else {}  # the curve priced as the server runs
     if request.tp == 1:
-        return {}
+        return mode
     refusal = tp_refusal(inventory.config, request.tp)
     if refusal:
         raise RooflineError(f"--tp {request.tp}: vLLM refuses this split of {inventory.model_id}: {refusal}")
-    return {"topology": Topology(tp=request.tp),
-            "placement": tensor_parallel_placement(hardware, request.tp, request.link)}
+    return mode | {"topology": Topology(tp=request.tp),
+                   "placement": tensor_parallel_placement(hardware, request.tp, request.link)}
 
 
 def prefill_s(one, prompt_len: int) -> float:

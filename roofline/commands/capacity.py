@@ -46,6 +46,9 @@ DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
                    "and what stops one more.")
 @click.option("--max-ttft", "max_ttft_s", type=types.SECONDS, default=None,
               help="SLO: seconds to a new request's first token (its prefill plus one step of the running batch).")
+@click.option("--enforce-eager", is_flag=True,
+              help="As vLLM's --enforce-eager: no CUDA-graph pool taken from the KV cache, and the curve priced "
+                   "with every kernel launched by the host.")
 @click.option("--routing", type=click.Choice(["uniform", "shared"]), default="uniform", show_default=True,
               help="MoE experts per step: uniform (distinct prompts) or shared (one prompt sent to every stream).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (schema roofline.capacity/1).")
@@ -53,8 +56,8 @@ DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
               help="Add the capacity section to this HTML report, or write one.")
 def command(model, revision, config_only, no_cache, from_vllm, hardware_name, bandwidth, gpu_memory_utilization,
             kv_cache_memory_bytes, max_model_len, max_num_seqs, max_num_batched_tokens, block_size, kv_cache_dtype,
-            no_prefix_caching, concurrency_text, prompt_len, output_len, tp, link, min_tok_s, max_ttft_s, routing,
-            as_json, html_path):
+            no_prefix_caching, concurrency_text, prompt_len, output_len, tp, link, min_tok_s, max_ttft_s,
+            enforce_eager, routing, as_json, html_path):
     """How many concurrent requests fit in vLLM's KV cache on this hardware (the token count and
     maximum concurrency vLLM logs at start-up), and the decode curve: aggregate and per-stream tok/s
     per concurrency, what bounds each point, the knee where decode turns compute-bound, and TTFT."""
@@ -90,7 +93,7 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
                       max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
                       prefix_caching=not no_prefix_caching, concurrency=levels, prompt_len=prompt_len,
                       output_len=output_len, routing=routing, min_tok_s=min_tok_s, tp=tp, link=link,
-                      max_ttft_ms=None if max_ttft_s is None else max_ttft_s * 1e3)
+                      max_ttft_ms=None if max_ttft_s is None else max_ttft_s * 1e3, enforce_eager=enforce_eager)
     result = capacity(inventory, hardware, request)
     payload = result.to_json()
     if as_json:

@@ -195,6 +195,8 @@ def main() -> int:
         "gpu": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()})",
         "device": "cuda" if cuda else "cpu", "python": platform.python_version(), "start_s": start_s,
         "startup": figures(handler.lines), "decode": rows, "profiles": profiles,
+        "engine": {"max_num_batched_tokens": llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens,
+                   "max_num_seqs": llm.llm_engine.vllm_config.scheduler_config.max_num_seqs},
         "hf_overrides": json.loads(args.hf_overrides) if args.hf_overrides else None,
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
     }
