@@ -11,7 +11,6 @@ memory terms beside the ones vLLM reports.
 """
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -34,24 +33,15 @@ def engine_from_log(log: Path) -> dict:
 def compared() -> tuple[list, list]:
     """(decode rows, KV rows): every result beside the step model's and capacity's figures for it."""
     from roofline.advise.capacity import Request, capacity
-    from roofline.advise.simulate import get_recipe, simulate
-    from roofline.audit import load_inventory
     from roofline.predict.hardware import get_hardware
     from roofline.predict.step import StepConfig, price_step
 
-    from fit import FIT_FILE, ROUTING
+    from fit import results
 
     hardware = get_hardware("h200")
     decode_rows, kv_rows = [], []
-    for path in sorted(RESULTS.glob("*.json")):
-        if path == FIT_FILE:
-            continue
-        result = json.loads(path.read_text())
-        inventory = load_inventory(str(REPO / result["config"]))
-        if result.get("quantization") == "fp8":
-            inventory = simulate(inventory, "fp8", get_recipe("default"))
+    for path, result, inventory, routing in results():
         graphs = result["mode"] == "graphs"
-        routing = ROUTING.get(inventory.config.get("model_type"), "uniform")  # dummy weights' routing (fit.py)
         for row in result["decode"]:
             step = price_step(inventory, hardware, StepConfig(batch=row["batch"], context=row["context"],
                                                               graphs=graphs, routing=routing))
@@ -79,7 +69,7 @@ def main() -> int:
     errors: dict[str, list[float]] = {"graphs": [], "eager": []}
     for name, batch, context, measured, predicted, bound in decode_rows:
         error = predicted / measured - 1
-        errors["eager" if name.endswith("eager") else "graphs"].append(abs(error))
+        errors["eager" if "-eager" in name else "graphs"].append(abs(error))
         print(f"{name:24}{batch:>6}{context:>6}{measured:>13.3f}{predicted:>14.3f}{100 * error:>+7.0f}%  {bound}")
     for mode, values in errors.items():
         if values:

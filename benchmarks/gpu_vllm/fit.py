@@ -46,15 +46,14 @@ from roofline.live import engine_fit  # noqa: E402
 from roofline.live.engine_fit import Fit, Row, errors, rows_for, summary  # noqa: E402,F401
 
 
-def load_rows() -> list[Row]:
-    """Every decode row of every probe result, with the step model's terms for it."""
+def results():
+    """(path, result, inventory, routing) of every probe result: the inventory as vLLM built the model
+    (online `quantization="fp8"` priced as the fp8 format simulated from the BF16 config), the MoE
+    routing its dummy weights give."""
     from roofline.advise.simulate import get_recipe, simulate
     from roofline.audit import load_inventory
     from roofline.model.architecture import text_config
-    from roofline.predict.hardware import get_hardware
 
-    hardware = get_hardware(HARDWARE)
-    rows = []
     for path in sorted(RESULTS.glob("*.json")):
         if path == FIT_FILE:
             continue
@@ -63,8 +62,16 @@ def load_rows() -> list[Row]:
         if result.get("quantization") == "fp8":
             inventory = simulate(inventory, "fp8", get_recipe("default"))
         architecture = text_config(inventory.config).get("model_type") or inventory.config.get("model_type")
-        rows += rows_for(result, inventory, hardware, path.stem, ROUTING.get(architecture, "uniform"))
-    return rows
+        yield path, result, inventory, ROUTING.get(architecture, "uniform")
+
+
+def load_rows() -> list[Row]:
+    """Every decode row of every probe result, with the step model's terms for it."""
+    from roofline.predict.hardware import get_hardware
+
+    hardware = get_hardware(HARDWARE)
+    return [row for path, result, inventory, routing in results()
+            for row in rows_for(result, inventory, hardware, path.stem, routing)]
 
 
 def fitted(row: Row) -> bool:
