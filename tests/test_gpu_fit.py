@@ -32,6 +32,7 @@ def test_fit_json_is_what_the_results_give(fitted):
     _, model = fitted
     stored = json.loads(fit.FIT_FILE.read_text())["coefficients"]
     assert stored == pytest.approx({"efficiency": model.efficiency, "graph_floor_us_per_kernel": model.floor_us,
+                                    "compute_utilization": model.utilization,
                                     "host_us_per_kernel": model.host_us, "moe_layer_host_equiv": model.moe_equiv,
                                     "mamba_layer_host_equiv": model.mamba_equiv})
 
@@ -41,6 +42,7 @@ def test_tables_carry_the_fitted_coefficients():
     launch, kernels = load_table("launch"), load_table("kernels")
     h200 = get_hardware("h200")
     assert h200.efficiency == pytest.approx(stored["efficiency"]) and h200.efficiency_kind == "measured"
+    assert h200.compute_utilization == pytest.approx(stored["compute_utilization"])
     assert launch["floor"]["h200"]["graph_floor_us_per_kernel"] == pytest.approx(stored["graph_floor_us_per_kernel"])
     assert launch["host"]["x86_server"]["host_us_per_kernel"] == pytest.approx(stored["host_us_per_kernel"])
     assert kernels["python"]["moe"]["eager_host_equiv"] == pytest.approx(stored["moe_layer_host_equiv"])
@@ -57,7 +59,7 @@ def test_fitted_model_meets_its_fit_set(fitted):
     summary = json.loads(fit.FIT_FILE.read_text())["in_sample"]
     for mode in ("graphs", "eager"):
         assert fit.summary(errors[mode])["mean_abs"] == pytest.approx(summary[mode]["mean_abs"])
-    assert summary["graphs"]["mean_abs"] < 0.08
+    assert summary["graphs"]["mean_abs"] < 0.05  # the bar for the H200 fit set
     assert summary["eager"]["mean_abs"] < 0.15
 
 

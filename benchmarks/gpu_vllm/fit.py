@@ -91,7 +91,8 @@ def main() -> int:
     print(f"fit on {len(in_fit)} points of {len({r.case for r in in_fit})} cases "
           f"({', '.join(sorted({r.architecture for r in in_fit}))}); left out: "
           + "; ".join(f"{a} ({why})" for a, why in LEFT_OUT.items()))
-    print(f"  H200 efficiency {model.efficiency:.3f} of 4800 GB/s, graph floor {model.floor_us:.2f} us per kernel")
+    print(f"  H200 efficiency {model.efficiency:.3f} of 4800 GB/s, graph floor {model.floor_us:.2f} us per kernel, "
+          f"compute utilization {model.utilization:.2f} of the datasheet tensor rate")
     print(f"  host (x86, vLLM eager) {model.host_us:.1f} us per kernel; Python per MoE layer "
           f"{model.moe_equiv:g} launches' worth, per Mamba layer {model.mamba_equiv:g}")
 
@@ -134,6 +135,7 @@ def main() -> int:
         "left_out": LEFT_OUT,
         "routing": ROUTING,
         "coefficients": {"efficiency": model.efficiency, "graph_floor_us_per_kernel": model.floor_us,
+                         "compute_utilization": model.utilization,
                          "host_us_per_kernel": model.host_us, "moe_layer_host_equiv": model.moe_equiv,
                          "mamba_layer_host_equiv": model.mamba_equiv},
         "in_sample": {mode: summary(v) for mode, v in fitted_errors.items()},

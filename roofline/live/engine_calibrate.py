@@ -217,7 +217,10 @@ def calibrate_engine(hardware, device: str, models: tuple[str, ...] = (), batche
                     + f"  ({time.monotonic() - started:.0f} s)")
     rows = [row for run in runs for row in run.rows]
     try:
-        fitted = engine_fit.fit(rows, launches=device == "cuda")
+        # batches of a few sequences never reach the compute roof: its utilization stays the hardware's
+        from roofline.predict.step import compute_utilization
+
+        fitted = engine_fit.fit(rows, launches=device == "cuda", utilization=compute_utilization(hardware)[0])
     except ValueError as exc:
         raise RooflineError(f"calibrate --engine vllm: {exc}") from None
     device_name = runs[0].result["gpu"] if runs else device

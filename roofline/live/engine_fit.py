@@ -35,20 +35,20 @@ class Row:
     routing: str = "uniform"
     # the step's terms independent of the fitted coefficients, per segment
     memory_at_full_s: list[float] = field(default_factory=list)  # bytes / (datasheet bandwidth x backend)
-    compute_s: list[float] = field(default_factory=list)
+    compute_s: list[float] = field(default_factory=list)  # FLOPs at the datasheet tensor rate (utilization 1)
     kernels: float = 0.0
     eager_kernels: float = 0.0
     moe_layers: int = 0
     mamba_layers: int = 0
 
-    def graphs_s(self, efficiency: float, floor_us: float) -> float:
-        return sum(max(m / efficiency, c) for m, c in zip(self.memory_at_full_s, self.compute_s)) \
+    def graphs_s(self, efficiency: float, floor_us: float, utilization: float) -> float:
+        return sum(max(m / efficiency, c / utilization) for m, c in zip(self.memory_at_full_s, self.compute_s)) \
             + self.kernels * floor_us * 1e-6
 
-    def eager_s(self, efficiency: float, floor_us: float, host_us: float, moe_equiv: float,
+    def eager_s(self, efficiency: float, floor_us: float, utilization: float, host_us: float, moe_equiv: float,
                 mamba_equiv: float) -> float:
         host = (self.eager_kernels + self.moe_layers * moe_equiv + self.mamba_layers * mamba_equiv) * host_us * 1e-6
-        return max(self.graphs_s(efficiency, floor_us), host)
+        return max(self.graphs_s(efficiency, floor_us, utilization), host)
 
 
 def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, routing: str = "uniform") -> list[Row]:
@@ -69,7 +69,7 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
             context=decode["context"], measured_ms=decode["step_ms"], vllm_version=result["vllm_version"],
             gpu=result["gpu"], routing=routing,
             memory_at_full_s=[s.memory_at_datasheet_s for s in segments],
-            compute_s=[s.compute_s for s in segments],
+            compute_s=[s.compute_at_peak_s for s in segments],
             kernels=sum(s.kernels for s in segments), eager_kernels=sum(s.eager_kernels for s in segments),
             moe_layers=moe_layers, mamba_layers=recurrent.count("mamba")))
     return rows
@@ -80,29 +80,34 @@ FLOORS_US = np.arange(0, 801, 5) / 100
 HOSTS_US = np.arange(100, 801, 5) / 10
 MOE_EQUIVS = np.arange(0, 81) / 2
 MAMBA_EQUIVS = np.arange(0, 121) / 2
+UTILIZATIONS = np.arange(10, 101, 2) / 100
 
 
-def _device_s(row: Row, floors_us: np.ndarray) -> np.ndarray:
-    """The graph step over the grid: [efficiency, floor]."""
-    memory = np.asarray(row.memory_at_full_s)[:, None] / EFFICIENCIES[None, :]
-    roofs = np.maximum(memory, np.asarray(row.compute_s)[:, None]).sum(axis=0)
-    return roofs[:, None] + row.kernels * floors_us[None, :] * 1e-6
+def _device_s(row: Row, floors_us: np.ndarray, utilizations: np.ndarray) -> np.ndarray:
+    """The graph step over the grid: [efficiency, floor, utilization]."""
+    memory = np.asarray(row.memory_at_full_s)[:, None, None] / EFFICIENCIES[None, :, None]
+    compute = np.asarray(row.compute_s)[:, None, None] / utilizations[None, None, :]
+    roofs = np.maximum(memory, compute).sum(axis=0)  # [efficiency, utilization]
+    return roofs[:, None, :] + row.kernels * floors_us[None, :, None] * 1e-6
 
 
-def fit_graphs(rows: list[Row], floors_us: np.ndarray = FLOORS_US) -> tuple[float, float]:
-    """(efficiency, floor us per kernel) minimizing the squared log error of the graph rows."""
-    loss = sum(np.log(_device_s(r, floors_us) * 1e3 / r.measured_ms) ** 2 for r in rows)
-    i, j = np.unravel_index(np.argmin(loss), loss.shape)
-    return float(EFFICIENCIES[i]), float(floors_us[j])
+def fit_graphs(rows: list[Row], floors_us: np.ndarray = FLOORS_US,
+               utilizations: np.ndarray = UTILIZATIONS) -> tuple[float, float, float]:
+    """(efficiency, floor us per kernel, compute utilization) minimizing the squared log error of the
+    graph rows. Where no row is compute-bound at any utilization on the grid the utilization is not
+    determined: the lowest of the best is kept (the most conservative)."""
+    loss = sum(np.log(_device_s(r, floors_us, utilizations) * 1e3 / r.measured_ms) ** 2 for r in rows)
+    i, j, k = np.unravel_index(np.argmin(loss), loss.shape)
+    return float(EFFICIENCIES[i]), float(floors_us[j]), float(utilizations[k])
 
 
-def fit_eager(rows: list[Row], efficiency: float, floor_us: float) -> tuple[float, float, float]:
+def fit_eager(rows: list[Row], efficiency: float, floor_us: float, utilization: float) -> tuple[float, float, float]:
     """(host us per kernel, MoE layer's Python, Mamba layer's Python in launches' worth), the rest fixed."""
     moe = MOE_EQUIVS if any(r.moe_layers for r in rows) else MOE_EQUIVS[:1]
     mamba = MAMBA_EQUIVS if any(r.mamba_layers for r in rows) else MAMBA_EQUIVS[:1]
     loss = 0.0
     for r in rows:
-        device = r.graphs_s(efficiency, floor_us)
+        device = r.graphs_s(efficiency, floor_us, utilization)
         launches = r.eager_kernels + r.moe_layers * moe[:, None] + r.mamba_layers * mamba[None, :]
         host = launches[None, :, :] * HOSTS_US[:, None, None] * 1e-6
         loss = loss + np.log(np.maximum(host, device) * 1e3 / r.measured_ms) ** 2
@@ -114,31 +119,37 @@ def fit_eager(rows: list[Row], efficiency: float, floor_us: float) -> tuple[floa
 class Fit:
     efficiency: float
     floor_us: float
+    utilization: float
     host_us: float
     moe_equiv: float
     mamba_equiv: float
 
     def predict_ms(self, row: Row) -> float:
-        seconds = row.graphs_s(self.efficiency, self.floor_us) if row.mode == "graphs" else \
-            row.eager_s(self.efficiency, self.floor_us, self.host_us, self.moe_equiv, self.mamba_equiv)
+        seconds = row.graphs_s(self.efficiency, self.floor_us, self.utilization) if row.mode == "graphs" else \
+            row.eager_s(self.efficiency, self.floor_us, self.utilization, self.host_us, self.moe_equiv,
+                        self.mamba_equiv)
         return seconds * 1e3
 
 
-def fit(rows: list[Row], launches: bool = True, moe_equiv: float = 0.0, mamba_equiv: float = 0.0) -> Fit:
-    """The coefficients from graph rows (efficiency; floor with `launches`) and eager rows (host cost,
-    and a MoE / Mamba layer's Python where such layers ran, else the values given). Without
-    `launches` (a CPU host: no kernels launched in the model) only the efficiency is fitted."""
+def fit(rows: list[Row], launches: bool = True, moe_equiv: float = 0.0, mamba_equiv: float = 0.0,
+        utilization: float | None = None) -> Fit:
+    """The coefficients from graph rows (efficiency; floor with `launches`; the compute utilization
+    unless one is given, for rows too small ever to be compute-bound) and eager rows (host cost, and a
+    MoE / Mamba layer's Python where such layers ran, else the values given). Without `launches` (a
+    CPU host: no kernels launched in the model) no floor is fitted."""
     graphs = [r for r in rows if r.mode == "graphs"] or (rows if not launches else [])
     eager = [r for r in rows if r.mode == "eager"] if launches else []
     if not graphs:
         raise ValueError("no graph-mode step to fit the bandwidth share to")
-    efficiency, floor_us = fit_graphs(graphs, FLOORS_US if launches else np.zeros(1))
+    efficiency, floor_us, utilization = fit_graphs(
+        graphs, FLOORS_US if launches else np.zeros(1),
+        UTILIZATIONS if utilization is None else np.array([utilization]))
     host_us = math.nan
     if eager:
-        host_us, fitted_moe, fitted_mamba = fit_eager(eager, efficiency, floor_us)
+        host_us, fitted_moe, fitted_mamba = fit_eager(eager, efficiency, floor_us, utilization)
         moe_equiv = fitted_moe if any(r.moe_layers for r in eager) else moe_equiv
         mamba_equiv = fitted_mamba if any(r.mamba_layers for r in eager) else mamba_equiv
-    return Fit(efficiency, floor_us, host_us, moe_equiv, mamba_equiv)
+    return Fit(efficiency, floor_us, utilization, host_us, moe_equiv, mamba_equiv)
 
 
 def errors(rows: list[Row], model: Fit) -> dict[str, list[float]]:

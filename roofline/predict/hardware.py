@@ -45,6 +45,9 @@ class Hardware:
     runtime_memory_gib: float | None = None
     runtime_memory_source: str = ""
     vllm_version: str = ""  # the vLLM an entry's engine coefficients were fitted under (calibrate --engine vllm)
+    # share of the datasheet tensor rate decode GEMMs reach, measured on this device (None: rules.toml's estimate)
+    compute_utilization: float | None = None
+    compute_utilization_source: str = ""
     origin: str = SHIPPED  # the file the entry comes from: the shipped table or the user's (calibrate --save)
 
     def supports(self, compute: str) -> bool:
@@ -93,6 +96,8 @@ class HardwareEntry(msgspec.Struct, forbid_unknown_fields=True):
     runtime_memory_gib: Annotated[float, Meta(gt=0, le=1e6)] | None = None
     runtime_memory_source: Text = ""
     vllm_version: Annotated[str, Meta(max_length=64)] = ""
+    compute_utilization: Annotated[float, Meta(gt=0, le=1)] | None = None
+    compute_utilization_source: Text = ""
 
 
 def check_entries(table, where: str) -> dict[str, HardwareEntry]:

@@ -128,6 +128,7 @@ class Segment:
     collectives: list[Collective] = field(default_factory=list)
     memory_s: float = 0.0
     memory_at_datasheet_s: float = 0.0  # the bytes at the datasheet bandwidth (x the backend's): what a fit scales
+    compute_at_peak_s: float = 0.0  # the FLOPs at the datasheet tensor rate (no utilization): what a fit scales
     floor_s: float = 0.0
     host_s: float = 0.0
 
@@ -430,6 +431,15 @@ def _replica_batches(batch: int, dp: int) -> list[int]:
     return [b for b in batches if b > 0]
 
 
+def compute_utilization(hardware: Hardware) -> tuple[float, str, str, str]:
+    """(share of the datasheet tensor rate a decode GEMM reaches, unit, kind, source): the hardware's
+    measured figure where it has one, else the rules table's estimate."""
+    if hardware.compute_utilization is not None:
+        return hardware.compute_utilization, "share of tensor peak", "measured", hardware.compute_utilization_source
+    compute = load_table("rules")["compute"]
+    return compute["utilization"], "share of tensor peak", "estimate", compute["source"]
+
+
 def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = StepConfig()) -> StepTime:
     """One decode step of `config` on `hardware`: the one step model."""
     if config.batch < 1:
@@ -486,7 +496,7 @@ def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topol
             segments[key] = Segment(layer if where == "layer" else None, where, stage)
         return segments[key]
 
-    utilization = load_table("rules")["compute"]["utilization"]
+    utilization = compute_utilization(hardware)[0]
     for module, moved, expert_moved in zip(inventory.modules, traffic.modules, expert_traffic.modules):
         props = role_properties(module.role)
         inside = module.layer if props.read != "none" and module.role != "mtp" else None
@@ -526,6 +536,7 @@ def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topol
     for target in segments.values():
         target.memory_s = target.bytes / bandwidth
         target.memory_at_datasheet_s = target.memory_s * hardware.efficiency
+        target.compute_at_peak_s = target.compute_s * utilization
         target.floor_s = target.kernels * costs.graph_floor_us_per_kernel * 1e-6
         target.host_s = (target.eager_kernels + target.host_equiv) * costs.host_us_per_kernel * 1e-6
     stages: list[list[Segment]] = [[] for _ in range(pp)]
@@ -603,7 +614,7 @@ def _coefficients(hardware: Hardware, backend: Backend, costs: LaunchCosts, prof
         Coefficient("backend_relative_efficiency", backend.relative_efficiency, "x efficiency",
                     "calibrated" if backend.relative_efficiency != 1.0 else "table", f"{backend.name}: {backend.source}"),
         _tensor_coefficient(hardware, backend.compute),
-        Coefficient("compute_utilization", compute["utilization"], "share of tensor peak", "estimate", compute["source"]),
+        Coefficient("compute_utilization", *compute_utilization(hardware)),
         Coefficient("kernels_per_step", profile.kernels_per_token, "kernels", profile.origin,
                     "; ".join(profile.notes) or "roofline/data/kernels.toml"),
         Coefficient("eager_kernels_per_step", profile.eager_kernels_per_token, "kernels", profile.origin,
