@@ -52,7 +52,6 @@ def results():
     routing its dummy weights give."""
     from roofline.advise.simulate import get_recipe, simulate
     from roofline.audit import load_inventory
-    from roofline.model.architecture import text_config
 
     for path in sorted(RESULTS.glob("*.json")):
         if path == FIT_FILE:
@@ -61,8 +60,7 @@ def results():
         inventory = load_inventory(str(REPO / result["config"]))
         if result.get("quantization") == "fp8":
             inventory = simulate(inventory, "fp8", get_recipe("default"))
-        architecture = text_config(inventory.config).get("model_type") or inventory.config.get("model_type")
-        yield path, result, inventory, ROUTING.get(architecture, "uniform")
+        yield path, result, inventory, ROUTING.get(inventory.shape.model_type, "uniform")
 
 
 def load_rows() -> list[Row]:

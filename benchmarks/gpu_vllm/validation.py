@@ -35,12 +35,12 @@ def family_of(config: str) -> str:
     return model_family(load_inventory(str(REPO / config)))
 
 
-def format_of(row: fit.Row) -> str:
+def format_of(config: str, quantization: str | None) -> str:
     from roofline.audit import load_inventory
 
-    if row.quantization == "fp8":
+    if quantization == "fp8":
         return "fp8 (online W8A8)"
-    return load_inventory(str(REPO / row.config)).main_format()
+    return load_inventory(str(REPO / config)).main_format()
 
 
 def build() -> tuple[str, str]:
@@ -59,8 +59,8 @@ def build() -> tuple[str, str]:
         for r in in_fit:
             if r.architecture == architecture:
                 held_out[id(r)] = partial.predict_ms(r) / r.measured_ms - 1
-    families = {r.config: family_of(r.config) for r in rows}
-    formats = {(r.config, r.quantization): format_of(r) for r in rows}
+    families = {config: family_of(config) for config in {r.config for r in rows}}  # each config read once
+    formats = {key: format_of(*key) for key in {(r.config, r.quantization) for r in rows}}
     hardware = get_hardware(fit.HARDWARE)
 
     lines = [

@@ -122,6 +122,6 @@ def _echo_engine(result) -> None:
     text = f"  efficiency {fit.efficiency:.3f} of the measured bandwidth"
     if result.device == "cuda":
         text += f", graph floor {fit.floor_us:.2f} us per kernel"
-        if fit.host_us == fit.host_us:
+        if fit.host_us is not None:
             text += f", host {fit.host_us:.1f} us per eager kernel"
     echo(text)

@@ -26,6 +26,7 @@ import msgspec
 from msgspec import Meta
 
 from roofline.errors import RooflineError
+from roofline.predict.step import compute_utilization
 from roofline.schema import checked
 from roofline.untrusted import printable
 
@@ -80,7 +81,7 @@ class EngineCalibration:
             "device": self.device, "device_name": self.device_name, "measured_at": self.measured_at,
             "coefficients": {"efficiency": self.fit.efficiency,
                              "graph_floor_us_per_kernel": self.fit.floor_us if self.device == "cuda" else None,
-                             "host_us_per_kernel": None if self.fit.host_us != self.fit.host_us else self.fit.host_us},
+                             "host_us_per_kernel": self.fit.host_us},
             "runs": [{"model": r.model, "mode": r.mode, "batch": row.batch, "context": row.context,
                       "measured_ms": row.measured_ms, "fitted_ms": self.fit.predict_ms(row)}
                      for r in self.runs for row in r.rows],
@@ -218,8 +219,6 @@ def calibrate_engine(hardware, device: str, models: tuple[str, ...] = (), batche
     rows = [row for run in runs for row in run.rows]
     try:
         # batches of a few sequences never reach the compute roof: its utilization stays the hardware's
-        from roofline.predict.step import compute_utilization
-
         fitted = engine_fit.fit(rows, launches=device == "cuda", utilization=compute_utilization(hardware)[0])
     except ValueError as exc:
         raise RooflineError(f"calibrate --engine vllm: {exc}") from None
@@ -243,6 +242,6 @@ def engine_fields(calibration: EngineCalibration) -> dict:
         fields |= {"graph_floor_us_per_kernel": round(fit.floor_us, 3),
                    "launch_source": f"{where}: CUDA-graph floor and eager host cost per kernel fitted to vLLM's own "
                                     f"steps (kernels.toml's counts)"}
-        if fit.host_us == fit.host_us:  # not NaN: eager runs were fitted
+        if fit.host_us is not None:  # eager runs were fitted
             fields["host_us_per_kernel"] = round(fit.host_us, 3)
     return fields

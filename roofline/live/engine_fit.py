@@ -9,7 +9,6 @@ for the least squared log error. Pure arithmetic besides pricing the rows.
 """
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -53,9 +52,7 @@ class Row:
 
 def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, routing: str = "uniform") -> list[Row]:
     """The decode rows of one probe result, with the step model's terms for each."""
-    from roofline.model.architecture import text_config
-
-    architecture = text_config(inventory.config).get("model_type") or inventory.config.get("model_type") or "?"
+    architecture = inventory.shape.model_type or "?"
     recurrent = [r.kind for r in inventory.shape.recurrent]
     moe_layers = len({m.layer for m in inventory.modules if m.role == "moe_experts" and m.layer is not None})
     rows = []
@@ -120,7 +117,7 @@ class Fit:
     efficiency: float
     floor_us: float
     utilization: float
-    host_us: float
+    host_us: float | None  # None: no eager step was fitted
     moe_equiv: float
     mamba_equiv: float
 
@@ -144,7 +141,7 @@ def fit(rows: list[Row], launches: bool = True, moe_equiv: float = 0.0, mamba_eq
     efficiency, floor_us, utilization = fit_graphs(
         graphs, FLOORS_US if launches else np.zeros(1),
         UTILIZATIONS if utilization is None else np.array([utilization]))
-    host_us = math.nan
+    host_us = None
     if eager:
         host_us, fitted_moe, fitted_mamba = fit_eager(eager, efficiency, floor_us, utilization)
         moe_equiv = fitted_moe if any(r.moe_layers for r in eager) else moe_equiv

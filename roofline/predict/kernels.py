@@ -128,11 +128,13 @@ def estimate_kernels(inventory: Inventory, backend: str | None = None, moe_backe
     return _MEMO.get(inventory, (backend, moe_backend), lambda: _estimate(inventory, backend, moe_backend))
 
 
-def _count(layer, role, backend, entry: dict, times: float = 1.0, source: str | None = None) -> KernelCount:
-    """A table entry's kernels (graphs), its eager kernels and its host work, `times` over."""
+def _count(layer, role, backend, entry: dict, times: float = 1.0, source: str | None = None,
+           python: dict | None = None) -> KernelCount:
+    """A table entry's kernels (graphs) and eager kernels, `times` over, with the host's Python of a
+    kernels.toml [python.*] entry where the layer kind has one."""
     eager = entry.get("eager_kernels", entry["kernels"])
     return KernelCount(layer, role, backend, times * entry["kernels"], source or entry["source"],
-                       eager_kernels=times * eager, host_equiv=times * entry.get("eager_host_equiv", 0.0))
+                       eager_kernels=times * eager, host_equiv=python["eager_host_equiv"] if python else 0.0)
 
 
 def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None) -> KernelProfile:
@@ -166,7 +168,7 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
         # one kernel per norm the block holds (two in a pre-norm mixer + MLP block, one in a
         # single-mixer block such as Nemotron-H's); an inventory without norm modules counts two
         layer_norms = sum(1 for path in norms.get(layer, []) if "." not in path) or 2  # the block's own
-        counts.append(_count(layer, "norms", "vllm", core["layer_norms"], times=layer_norms / 2))
+        counts.append(_count(layer, "norms", "vllm", core["block_norm"], times=layer_norms))
         if layer in attention_layers:
             counts.append(_count(layer, "attention_core", "vllm", core["attention"]))
             if qk_norm:
@@ -176,8 +178,7 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
         elif recurrent_kind.get(layer) == "gdn":
             counts.append(_count(layer, "gdn_core", "triton", core["gdn"]))
         elif recurrent_kind.get(layer) == "mamba":
-            counts.append(_count(layer, "mamba_core", "triton", core["mamba"]))
-            counts[-1].host_equiv += python["mamba"]["eager_host_equiv"]
+            counts.append(_count(layer, "mamba_core", "triton", core["mamba"], python=python["mamba"]))
         for role in GEMM_ROLES:
             if role not in roles:
                 continue
@@ -190,8 +191,8 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
         if "moe_experts" in roles:
             fmt = _main_format(roles["moe_experts"])
             moe = _entry("moe", fmt, moe_backend)
-            counts.append(_count(layer, "moe_experts", moe["backend"], moe, source=f"{fmt}: {moe['source']}"))
-            counts[-1].host_equiv += python["moe"]["eager_host_equiv"]
+            counts.append(_count(layer, "moe_experts", moe["backend"], moe, source=f"{fmt}: {moe['source']}",
+                                 python=python["moe"]))
 
     # the token's embedding row is gathered whether or not the inventory lists the table
     counts.append(KernelCount(None, "embedding", "vllm", roles_table["embedding"]["other"],

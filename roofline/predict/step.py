@@ -606,7 +606,6 @@ def _tensor_coefficient(hardware: Hardware, compute: str) -> Coefficient:
 
 def _coefficients(hardware: Hardware, backend: Backend, costs: LaunchCosts, profile: KernelProfile,
                   placement: Placement) -> list[Coefficient]:
-    compute = load_table("rules")["compute"]
     out = [
         Coefficient("bandwidth", hardware.bandwidth_gbps, "GB/s", hardware.bandwidth_kind, hardware.bandwidth_source),
         Coefficient("efficiency", hardware.efficiency, "share of bandwidth", hardware.efficiency_kind,
