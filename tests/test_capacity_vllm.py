@@ -4,7 +4,8 @@ For a given --kv-cache-memory-bytes vLLM prints "CPU KV cache size: N tokens, Ma
 M tokens per request: X x"; `roofline capacity` with the same budget must print the same N and X for a
 dense multi-head model, a GQA model, a hybrid (GDN + attention) model, where vLLM also raises the
 attention block size and pads the state page (it logs both), and a model of sliding-window and full
-attention layers (two KV cache groups, the sliding one bounded by its window).
+attention layers (two KV cache groups, the sliding one bounded by its window), and a Gemma 4 whose global
+layers' pages differ from the sliding ones' (vLLM unifies them).
 """
 from __future__ import annotations
 
@@ -54,17 +55,41 @@ def sliding(source, out):
 SLIDING_MAX_LEN = 8192  # far past the window plus vLLM-CPU's 2048 tokens in flight
 
 
+def gemma4(source, out):
+    """A text-only Gemma 4 (vLLM's Gemma4ForCausalLM) of the fixture's size: five sliding layers (4 KV heads
+    of 64) and a global one whose K is V (attention_k_eq_v: 2 KV heads of 96), so the pages differ and the
+    smaller does not divide the larger: vLLM pads the global layers' page (unify_kv_cache_spec_page_size).
+    The real Gemma 4's ratio of 2, where the global layers take twice the block, is checked against vLLM's
+    own code in test_kv_specs.py. Weights: vLLM's dummy loader; the fixture's tokenizer."""
+    out.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        shutil.copy(source / name, out / name)
+    base = json.loads((source / "config.json").read_text())
+    config = {key: base[key] for key in ("bos_token_id", "eos_token_id", "pad_token_id", "hidden_size",
+                                         "intermediate_size", "rms_norm_eps", "vocab_size")}
+    config.update(architectures=["Gemma4ForCausalLM"], model_type="gemma4_text", dtype="bfloat16",
+                  num_hidden_layers=6, layer_types=["sliding_attention"] * 5 + ["full_attention"],
+                  num_attention_heads=4, num_key_value_heads=4, head_dim=64, sliding_window=256,
+                  attention_k_eq_v=True, num_global_key_value_heads=2, global_head_dim=96,
+                  hidden_size_per_layer_input=0, vocab_size_per_layer_input=base["vocab_size"],
+                  enable_moe_block=False, max_position_embeddings=SLIDING_MAX_LEN, tie_word_embeddings=True,
+                  hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=30.0)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
 @pytest.fixture(scope="module")
 def cpu_env(tmp_path_factory):
     return calibrated_cpu_env(tmp_path_factory.mktemp("hw"), "capacity-cpu")
 
 
-@pytest.mark.parametrize("name, kv_dtype", [("mha", "auto"), ("gqa", "fp8"), ("hybrid", "auto"), ("sliding", "auto")])
+@pytest.mark.parametrize("name, kv_dtype", [("mha", "auto"), ("gqa", "fp8"), ("hybrid", "auto"), ("sliding", "auto"),
+                                            ("gemma4", "auto")])
 def test_kv_tokens_equal_vllms(name, kv_dtype, checkpoint, tmp_path, cpu_env):
-    max_model_len = SLIDING_MAX_LEN if name == "sliding" else MAX_LEN
-    if name in ("mha", "sliding"):
-        make = multi_head if name == "mha" else sliding
-        model, extra = make(checkpoint("qwen3_dense"), tmp_path / name), ["--load-format", "dummy"]
+    max_model_len = SLIDING_MAX_LEN if name in ("sliding", "gemma4") else MAX_LEN
+    makers = {"mha": multi_head, "sliding": sliding, "gemma4": gemma4}
+    if name in makers:
+        model, extra = makers[name](checkpoint("qwen3_dense"), tmp_path / name), ["--load-format", "dummy"]
     else:
         model, extra = checkpoint("qwen3_dense" if name == "gqa" else "qwen3_next"), []
     with vllm_server(model, tmp_path / "vllm.log", "--dtype", "bfloat16", "--max-model-len", str(max_model_len),
@@ -94,3 +119,6 @@ def test_kv_tokens_equal_vllms(name, kv_dtype, checkpoint, tmp_path, cpu_env):
     if name == "sliding":  # two groups; the sliding one far below max_model_len's blocks
         assert [g["kind"] for g in kv["groups"]] == ["sliding 256", "attention"]
         assert kv["blocks_per_request"] < 2 * SLIDING_MAX_LEN // kv["block_size"]
+    if name == "gemma4":  # six groups of one layer; the global layers' smaller page padded to the sliding one
+        assert [g["kind"] for g in kv["groups"]] == ["sliding 256"] * 5 + ["attention"]
+        assert any("pads the attention layers'" in note for note in kv["notes"])

@@ -89,3 +89,68 @@ def test_pages_and_blocks_equal_vllms_specs(vllm_specs, name):
     if mla:  # one latent head on every rank, whatever the TP: the KV cache is replicated, not split
         assert {row["heads"] for row in vllm_specs[str(REFERENCE / name)]} == {1}
         assert layout.default_block_size == 64
+
+
+# Gemma 4: sliding layers (head size 256) beside global ones (head size 512, fewer KV heads where K is V).
+# vLLM's side: the per-layer heads and head size as transformers' Gemma4TextConfig gives them
+# (per_layer_config: what vLLM's gemma4.py builds each layer's attention from; the multimodal ModelConfig
+# wants image processors this environment lacks), the specs vLLM's Attention layers make of them, then
+# vLLM's own unify_kv_cache_spec_page_size and _get_kv_cache_groups_uniform_page_size.
+GEMMA_SIDE = r"""
+import json, logging, sys
+logging.disable(logging.WARNING)
+import torch
+from transformers import AutoConfig
+from vllm.v1.core.kv_cache_utils import _get_kv_cache_groups_uniform_page_size, unify_kv_cache_spec_page_size
+from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+cases = json.loads(sys.argv[1])
+out = {}
+for folder, (tps, max_len, in_flight) in cases.items():
+    text = AutoConfig.from_pretrained(folder).get_text_config()
+    rows = []
+    for tp in tps:
+        specs = {}
+        for i, kind in enumerate(text.layer_types):
+            layer = text.per_layer_config[i]
+            args = dict(block_size=16, num_kv_heads=max(1, layer.num_key_value_heads // tp),
+                        head_size=layer.head_dim, dtype=torch.bfloat16)
+            specs[f"layers.{i}"] = (SlidingWindowSpec(sliding_window=text.sliding_window, **args)
+                                    if kind == "sliding_attention" else FullAttentionSpec(**args))
+        groups = _get_kv_cache_groups_uniform_page_size(unify_kv_cache_spec_page_size(specs))
+        described = []
+        for group in groups:
+            spec = group.kv_cache_spec
+            sliding = isinstance(spec, SlidingWindowSpec)
+            blocks = (spec.max_admission_blocks_per_request(in_flight, max_len) if sliding
+                      else -(-max_len // spec.block_size))
+            described.append({"sliding": sliding, "layers": len(group.layer_names), "block_size": spec.block_size,
+                              "page": spec.page_size_bytes, "blocks": blocks})
+        rows.append({"tp": tp, "groups": described})
+    out[folder] = rows
+print(json.dumps(out))
+"""
+GEMMA = {"google__gemma-4-26B-A4B": (1, 2), "nvidia__Gemma-4-31B-IT-NVFP4": (1, 2, 4)}
+
+
+def test_gemma4_unified_pages_equal_vllms():
+    cases = {str(REFERENCE / name): (tps, MAX_LEN, IN_FLIGHT) for name, tps in GEMMA.items()}
+    proc = subprocess.run([sys.executable, "-c", GEMMA_SIDE, json.dumps(cases)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    theirs_all = json.loads(proc.stdout.strip().splitlines()[-1])
+    layout = platform_layout(H200)
+    for name in GEMMA:
+        inventory = load_inventory(str(REFERENCE / name))
+        for row in theirs_all[str(REFERENCE / name)]:
+            ours = kv_capacity(inventory.shape, kv_dtype_bytes=2, model_dtype_bytes=2, state_dtype_bytes=4,
+                               memory_bytes=1 << 40, max_model_len=MAX_LEN, layout=layout, tp=row["tp"],
+                               max_in_flight_tokens=IN_FLIGHT)
+            theirs = row["groups"]
+            assert [(kind.startswith("sliding"), n) for kind, n in ours.groups] == \
+                [(g["sliding"], g["layers"]) for g in theirs], (name, row["tp"])
+            assert {g["page"] for g in theirs} == {ours.attention_page_bytes}
+            for kind, group in zip((kind for kind, _ in ours.groups), theirs):
+                assert ours.block_sizes[kind] == group["block_size"], (name, row["tp"], kind)
+            assert ours.blocks_for(MAX_LEN) == sum(g["blocks"] for g in theirs), (name, row["tp"])
+            # the global layers' smaller page took a larger block: Gemma 4 is not counted at one block size
+            assert len(set(ours.block_sizes.values())) == 2

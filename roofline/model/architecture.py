@@ -148,9 +148,12 @@ def shape_from_config(config: dict) -> ModelShape:
                 continue
             layer_kv, layer_dim = kv_heads, head_dim
             if kind == "full_attention" and cfg.get("global_head_dim"):
-                # Gemma 4: global layers use their own head size and KV-head count
+                # Gemma 4: global layers use their own head size, and their own KV-head count where K is V
+                # (transformers' Gemma4TextConfig per_layer_config: num_global_key_value_heads applies when
+                # attention_k_eq_v is true or absent)
                 layer_dim = config_int(cfg, "global_head_dim", default=head_dim)
-                layer_kv = config_int(cfg, "num_global_key_value_heads", default=kv_heads)
+                if cfg.get("attention_k_eq_v", True):
+                    layer_kv = config_int(cfg, "num_global_key_value_heads", default=kv_heads)
             # Gemma 4 "attention_k_eq_v": K and V are one projection but vLLM still caches both
             shape.attention.append(
                 AttentionLayer(layer, layer_kv, layer_dim, layer_dim,

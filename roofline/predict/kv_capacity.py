@@ -16,8 +16,11 @@ _align_hybrid_block_size, vllm/v1/kv_cache_interface.py):
   (the hybrid KV cache manager, on for CUDA and CPU); a request holds, of a sliding group, the
   window plus the tokens in flight: cdiv(min(window - 1 + max_in_flight_tokens, max_model_len),
   block_size) + 1 blocks (max_admission_blocks_per_request; max_in_flight_tokens = concurrent
-  batches x max_num_batched_tokens, VllmConfig.max_in_flight_tokens). Layers of one kind share
-  one page size here (Gemma 4's global layers, of another head size, are not modelled yet).
+  batches x max_num_batched_tokens, VllmConfig.max_in_flight_tokens).
+- attention kinds of different page sizes (Gemma 4: sliding layers of head size 256, global ones of
+  512 with fewer KV heads) are unified first (unify_kv_cache_spec_page_size): a kind whose page
+  divides the largest takes a block size that many times larger; one that does not is padded to
+  the largest page at the same block size.
 - a request at max_model_len needs cdiv(max_model_len, block_size) blocks of every attention group
   and, of every state group, one block — two with prefix caching on (vLLM's default), which switches
   hybrid models to mamba_cache_mode "align" (vllm/model_executor/models/config.py MambaModelConfig;
@@ -47,7 +50,7 @@ class KVLayout:
 @dataclass
 class KVCapacity:
     memory_bytes: int
-    block_size: int
+    block_size: int  # of the kind(s) with the largest page per token
     kv_dtype_bytes: float
     attention_page_bytes: int  # one layer, one block
     state_page_bytes: int  # one GDN / Mamba layer's state, before padding (0: none)
@@ -65,10 +68,11 @@ class KVCapacity:
     notes: list[str] = field(default_factory=list)
     windows: dict[str, int] = field(default_factory=dict)  # sliding group kind -> its window (tokens)
     max_in_flight_tokens: int = 0  # what a sliding group holds beyond its window
+    block_sizes: dict[str, int] = field(default_factory=dict)  # attention kind -> its tokens per block
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks one request of `tokens` tokens takes from the pool."""
-        return _blocks_for(self.groups, self.block_size, self.state_blocks_per_request, tokens, self.windows,
+        return _blocks_for(self.groups, self.block_sizes, self.state_blocks_per_request, tokens, self.windows,
                            self.max_in_flight_tokens)
 
     def to_json(self) -> dict:
@@ -78,6 +82,7 @@ class KVCapacity:
                 "state_bytes_per_request": self.state_bytes_per_request, "block_size": self.block_size,
                 "groups": [{"kind": kind, "layers": n} for kind, n in self.groups],
                 "bytes_per_block": self.bytes_per_block, "num_blocks": self.num_blocks,
+                "block_sizes": dict(self.block_sizes),
                 "blocks_per_request": self.blocks_per_request, "tokens": self.tokens,
                 "max_model_len": self.max_model_len, "max_concurrency": self.max_concurrency,
                 "notes": list(self.notes)}
@@ -90,13 +95,13 @@ def _state_page(shape: ModelShape, model_dtype_bytes: int, state_dtype_bytes: in
     return max(pages) if pages else 0
 
 
-def _blocks_for(groups: list[tuple[str, int]], block_size: int, state_blocks: int, tokens: int,
+def _blocks_for(groups: list[tuple[str, int]], block_sizes: dict[str, int], state_blocks: int, tokens: int,
                 windows: dict[str, int] | None = None, in_flight: int = 0) -> int:
     def blocks(kind: str) -> int:
         if kind == "attention":
-            return cdiv(tokens, block_size)
+            return cdiv(tokens, block_sizes[kind])
         if kind in (windows or {}):  # SlidingWindowSpec.max_admission_blocks_per_request
-            return cdiv(min(windows[kind] - 1 + in_flight, tokens), block_size) + 1
+            return cdiv(min(windows[kind] - 1 + in_flight, tokens), block_sizes[kind]) + 1
         return state_blocks
     return sum(blocks(kind) for kind, _ in groups)
 
@@ -122,15 +127,19 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
         raise RooflineError("no memory is left for the KV cache")
     notes: list[str] = []
 
-    def layer_page(layer) -> int:
+    def layer_page(layer) -> int:  # one token of one layer
         return int(max(1, layer.kv_heads // tp) * (layer.head_dim + layer.value_dim) * kv_dtype_bytes)
-    pages = {layer_page(layer) for layer in shape.attention}
+
+    def kind_of(layer) -> str:
+        return f"sliding {layer.window}" if layer.window else "attention"
+    kind_pages: dict[str, int] = {}
+    for layer in shape.attention:
+        page = layer_page(layer)
+        if kind_pages.setdefault(kind_of(layer), page) != page:
+            raise RooflineError(f"{kind_of(layer)} layers of different page sizes: vLLM would give them KV cache "
+                                f"groups of their own, which roofline does not model")
     windows = {f"sliding {layer.window}": layer.window for layer in shape.attention if layer.window}
-    if windows and len(pages) > 1:
-        raise RooflineError("sliding-window and full-attention layers with different page sizes (e.g. Gemma 4's "
-                            "global layers of another head size): vLLM unifies their pages, which roofline does not "
-                            "model yet")
-    per_token_page = max(pages, default=0)
+    per_token_page = max(kind_pages.values(), default=0)
     block = block_size or layout.default_block_size
     state_page = _state_page(shape, model_dtype_bytes, state_dtype_bytes, tp)
     padded_state = state_page
@@ -148,11 +157,18 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
             notes.append(f"vLLM pads the recurrent state page from {state_page:,} to {padded_state:,} bytes "
                          f"(+{100 * (padded_state - state_page) / state_page:.2f}%)")
     attention_page = block * per_token_page
+    block_sizes = {kind: _unified_block(block, page, per_token_page) for kind, page in kind_pages.items()}
+    for kind, size in block_sizes.items():
+        if size != block:
+            notes.append(f"vLLM unifies the page sizes: {kind} layers ({kind_pages[kind]:,} bytes per token) take "
+                         f"{size}-token blocks to fill the {attention_page:,}-byte page of the others")
+        elif kind_pages[kind] != per_token_page:
+            notes.append(f"vLLM pads the {kind} layers' {block * kind_pages[kind]:,}-byte page to "
+                         f"{attention_page:,} bytes (it does not divide it)")
     # buckets in layer order, as vLLM's same_type_layers: full attention, each window, recurrent state
     buckets: dict[str, int] = {}
     for layer in sorted(shape.attention, key=lambda a: a.layer):
-        kind = f"sliding {layer.window}" if layer.window else "attention"
-        buckets[kind] = buckets.get(kind, 0) + 1
+        buckets[kind_of(layer)] = buckets.get(kind_of(layer), 0) + 1
     buckets["state"] = len(shape.recurrent)
     groups, group_size = _groups(buckets)
     if not groups:
@@ -161,13 +177,14 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
     bytes_per_block = max(page[kind] * n for kind, n in groups)
     num_blocks = memory_bytes // bytes_per_block
     state_blocks = 2 if prefix_caching else 1
-    blocks_per_request = _blocks_for(groups, block, state_blocks, max_model_len, windows, max_in_flight_tokens)
+    blocks_per_request = _blocks_for(groups, block_sizes, state_blocks, max_model_len, windows,
+                                     max_in_flight_tokens)
     if windows:
         notes.append(f"sliding-window layers hold their window plus {max_in_flight_tokens:,} tokens in flight "
                      f"(concurrent batches x max_num_batched_tokens): "
-                     + ", ".join(f"{_blocks_for([(kind, 1)], block, 0, max_model_len, windows, max_in_flight_tokens)}"
+                     + ", ".join(f"{_blocks_for([(kind, 1)], block_sizes, 0, max_model_len, windows, max_in_flight_tokens)}"
                                  f" blocks of window {w}" for kind, w in windows.items())
-                     + f" per request instead of {cdiv(max_model_len, block)}")
+                     + f" per request instead of {cdiv(max_model_len, block_sizes[next(iter(windows))])}")
     max_concurrency = num_blocks / blocks_per_request
     padding = sum(n for _, n in groups) - len(shape.attention) - len(shape.recurrent)
     if padding:
@@ -181,4 +198,11 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
                       kv_bytes_per_token=kv_per_token,
                       state_bytes_per_request=padded_state * len(shape.recurrent),
                       state_blocks_per_request=state_blocks, notes=notes, windows=windows,
-                      max_in_flight_tokens=max_in_flight_tokens)
+                      max_in_flight_tokens=max_in_flight_tokens, block_sizes=block_sizes)
+
+
+def _unified_block(block: int, page_per_token: int, largest_per_token: int) -> int:
+    """unify_kv_cache_spec_page_size: a smaller page that divides the largest one grows its block by
+    the ratio; one that does not keeps its block (its page is padded to the largest)."""
+    largest, page = block * largest_per_token, block * page_per_token
+    return block * (largest // page) if largest % page == 0 else block

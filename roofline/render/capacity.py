@@ -23,7 +23,10 @@ def render_capacity(payload: dict) -> str:
         lines += wrapped(f"{sign + name:<20} {human_bytes(term['bytes']):>11}  ({term['kind']}: {term['source']})",
                          width, "    ", " " * 35)
     groups = ", ".join(f"{g['layers']} {g['kind']}" for g in kv["groups"])
-    lines += wrapped(f"KV cache: block {kv['block_size']} tokens, page {human_bytes(kv['page_size_bytes'])}, "
+    other_blocks = ", ".join(f"{kind} {size}" for kind, size in kv.get("block_sizes", {}).items()
+                             if size != kv["block_size"])
+    block_text = f"block {kv['block_size']} tokens" + (f" ({other_blocks})" if other_blocks else "")
+    lines += wrapped(f"KV cache: {block_text}, page {human_bytes(kv['page_size_bytes'])}, "
                      f"groups [{groups}], {kv['num_blocks']:,} blocks of {human_bytes(kv['bytes_per_block'])}", width, "  ")
     lines += wrapped(f"KV cache size: {kv['tokens']:,} tokens, Maximum concurrency for {kv['max_model_len']:,} tokens "
                      f"per request: {kv['max_concurrency']:.2f}x   (as vLLM logs it)", width, "  ")
