@@ -51,6 +51,36 @@ def test_tables_carry_the_fitted_coefficients():
         assert entry["kind"] == "measured" and "fit.json" in entry["source"]
 
 
+def test_weight_only_backends_carry_their_fit():
+    """rules.toml's Marlin / Machete rates on compute capability 9.0 and kernels.toml's eager Python of a
+    Marlin GEMM are fit.json's: measured where the backend ran, the same figures as estimates where the
+    same kernel family runs another format; and fit.json's are what the results give."""
+    from roofline.predict.backends import backends
+
+    rows = fit.load_rows()
+    stored = json.loads(fit.FIT_FILE.read_text())["weight_only_backends"]
+    refitted = fit.fit_weight_only(rows, fit.fit(rows))
+    assert {name: figures.pop("cases") for name, figures in refitted.items()} == \
+        {name: figures["cases"] for name, figures in stored.items()}
+    assert refitted == {name: pytest.approx({k: v for k, v in figures.items() if k != "cases"})
+                        for name, figures in stored.items()}
+    assert {"INT4 W4A16 Marlin", "NVFP4 on Marlin (no FP4 tensor cores)"} <= set(stored)
+    h200 = get_hardware("h200")
+    by_name = {b.name: b for b in backends()}
+    for name, figures in stored.items():
+        backend = by_name[name]
+        assert backend.weight_only and backend.weight_gbps_kind == "measured" and "fit.json" in backend.weight_gbps_source
+        assert (backend.weight_gbps(h200), backend.gemm_utilization(h200)) == \
+            pytest.approx((figures["weight_gbps"], figures["gemm_utilization"]))
+    for backend in by_name.values():  # an estimate repeats a measured backend's figures
+        if backend.weight_gbps_kind == "estimate":
+            assert (backend.weight_gbps(h200), backend.gemm_utilization(h200)) in \
+                {(f["weight_gbps"], f["gemm_utilization"]) for f in stored.values()}
+    marlin = next(g for g in load_table("kernels")["gemm"] if (g["format"], g["backend"]) == ("nvfp4-w4a4", "marlin"))
+    assert marlin["eager_host_equiv"] == pytest.approx(stored["NVFP4 on Marlin (no FP4 tensor cores)"]["gemm_host_equiv"])
+    assert marlin["eager_host_equiv_kind"] == "measured"
+
+
 def test_fitted_model_meets_its_fit_set(fitted):
     """The fitted step model on its own fit set: the errors fit.json states, and no worse than the
     issue's bars for a fit set (graphs) and what the host's run-to-run spread allows (eager)."""

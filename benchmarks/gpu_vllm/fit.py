@@ -11,6 +11,11 @@ What is fitted, and from which points:
 - eager mode (every eager row; every one is host-bound, 3-19x its graph step): the host's cost per
   kernel launched one by one and the Python work of a MoE and of a Mamba layer beyond their launches,
   in launches' worth, host = (eager kernels + MoE layers x m + Mamba layers x a) x cost per kernel.
+- weight-only backends (Marlin / Machete: 4-bit weights dequantized in the GEMM, BF16 activations),
+  after the above and with it fixed, from their own rows: the rate their weights stream at and the
+  share of the tensor rate their GEMMs reach (graph rows), and a GEMM's eager Python in launches' worth
+  (eager rows); roofline/data/rules.toml [[backend]] weight_gbps_by_cc / gemm_utilization_by_cc on
+  compute capability 9.0, kernels.toml [[gemm]] eager_host_equiv.
 Kernel counts are the table's (roofline/data/kernels.toml), itself checked against the profiled steps.
 
 The data tables carry the result (roofline/data/hardware.toml [h200] efficiency, launch.toml
@@ -38,7 +43,7 @@ sys.path.insert(0, str(REPO))
 # model_type -> how dummy weights route (see the docstring)
 ROUTING = {"nemotron_h": "shared", "deepseek_v3": "shared"}
 # cases measured after the fit, to check it out of sample: never fitted on (VALIDATION.md "held out")
-HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs"}
+HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs"}
 LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown"}
 HARDWARE = "h200"
 
@@ -82,6 +87,24 @@ def fit(rows: list[Row]) -> Fit:
     return engine_fit.fit([r for r in rows if fitted(r)])
 
 
+def fit_weight_only(rows: list[Row], model: Fit) -> dict[str, dict]:
+    """Per weight-only backend (Backend.name) that ran: its weights' rate, its GEMMs' share of the
+    tensor rate, a GEMM's eager Python, and the cases they came from."""
+    out = {}
+    for name in sorted({r.backend for r in rows if r.weight_only and fitted(r)}):
+        mine = [r for r in rows if r.weight_only and r.backend == name and fitted(r)]
+        graphs = [r for r in mine if r.mode == "graphs"]
+        eager = [r for r in mine if r.mode == "eager"]
+        entry = {"cases": sorted({r.case for r in mine})}
+        if graphs:
+            entry["weight_gbps"], entry["gemm_utilization"] = engine_fit.fit_weight_backend(
+                graphs, model.efficiency, model.floor_us, model.utilization)
+        if eager:
+            entry["gemm_host_equiv"] = engine_fit.fit_gemm_python(eager, model)
+        out[name] = entry
+    return out
+
+
 def main() -> int:
     rows = load_rows()
     in_fit = [r for r in rows if fitted(r)]
@@ -93,6 +116,11 @@ def main() -> int:
           f"compute utilization {model.utilization:.2f} of the datasheet tensor rate")
     print(f"  host (x86, vLLM eager) {model.host_us:.1f} us per kernel; Python per MoE layer "
           f"{model.moe_equiv:g} launches' worth, per Mamba layer {model.mamba_equiv:g}")
+    weight_only = fit_weight_only(rows, model)
+    for name, entry in weight_only.items():
+        print(f"  {name}: weights at {entry.get('weight_gbps', float('nan')):g} GB/s, GEMMs at "
+              f"{entry.get('gemm_utilization', float('nan')):g} of the tensor rate, eager Python "
+              f"{entry.get('gemm_host_equiv', 0):g} launches' worth per GEMM ({', '.join(entry['cases'])})")
 
     # leave one architecture out: fit on the others, predict it
     held_out: dict[str, dict[str, list[float]]] = {}
@@ -136,6 +164,7 @@ def main() -> int:
                          "compute_utilization": model.utilization,
                          "host_us_per_kernel": model.host_us, "moe_layer_host_equiv": model.moe_equiv,
                          "mamba_layer_host_equiv": model.mamba_equiv},
+        "weight_only_backends": weight_only,
         "in_sample": {mode: summary(v) for mode, v in fitted_errors.items()},
         "held_out_cases": sorted(HELD_OUT),
         "held_out": {mode: summary(v) for mode, v in held.items()},

@@ -32,22 +32,41 @@ class Row:
     vllm_version: str
     gpu: str
     routing: str = "uniform"
+    backend: str = ""  # the main format's GEMM backend (Backend.name)
     # the step's terms independent of the fitted coefficients, per segment
     memory_at_full_s: list[float] = field(default_factory=list)  # bytes / (datasheet bandwidth x backend)
+    backend_weights_at_full_s: list[float] = field(default_factory=list)  # of those: the backend format's weights
     compute_s: list[float] = field(default_factory=list)  # FLOPs at the datasheet tensor rate (utilization 1)
+    backend_compute_s: list[float] = field(default_factory=list)  # of those: the backend format's GEMMs
+    gemm_utilization: float | None = None  # the table's for the backend's GEMMs (Backend.gemm_utilization)
+    full_gbps: float = 0.0  # the datasheet bandwidth x the backend's relative efficiency
+    weight_gbps: float | None = None  # the rate the table gives the backend's weights (Backend.weight_gbps)
+    weight_only: bool = False  # the main format runs on a weight-only (dequantizing) backend: fitted apart
     kernels: float = 0.0
     eager_kernels: float = 0.0
+    host_equiv: float = 0.0  # the table's other Python work beside the MoE / Mamba layers' (weight-only GEMMs)
+    backend_gemms: float = 0.0  # GEMMs on the main format's linear backend
     moe_layers: int = 0
     mamba_layers: int = 0
 
-    def graphs_s(self, efficiency: float, floor_us: float, utilization: float) -> float:
-        return sum(max(m / efficiency, c / utilization) for m, c in zip(self.memory_at_full_s, self.compute_s)) \
+    def graphs_s(self, efficiency: float, floor_us: float, utilization: float,
+                 weight_gbps: float | None = None, gemm_utilization: float | None = None) -> float:
+        """The graph step; `weight_gbps` / `gemm_utilization` replace the table's for the backend's
+        weights and GEMMs."""
+        rate = weight_gbps or self.weight_gbps
+        scale = efficiency if rate is None else min(efficiency, rate / self.full_gbps)
+        backend_utilization = gemm_utilization or self.gemm_utilization or utilization
+        return sum(max((m - w) / efficiency + w / scale, (c - b) / utilization + b / backend_utilization)
+                   for m, w, c, b in zip(self.memory_at_full_s, self.backend_weights_at_full_s, self.compute_s,
+                                         self.backend_compute_s or [0.0] * len(self.compute_s))) \
             + self.kernels * floor_us * 1e-6
 
     def eager_s(self, efficiency: float, floor_us: float, utilization: float, host_us: float, moe_equiv: float,
-                mamba_equiv: float) -> float:
-        host = (self.eager_kernels + self.moe_layers * moe_equiv + self.mamba_layers * mamba_equiv) * host_us * 1e-6
-        return max(self.graphs_s(efficiency, floor_us, utilization), host)
+                mamba_equiv: float, extra_equiv: float | None = None) -> float:
+        """The eager step; `extra_equiv` replaces the table's other Python work (host_equiv)."""
+        launches = self.eager_kernels + self.moe_layers * moe_equiv + self.mamba_layers * mamba_equiv \
+            + (self.host_equiv if extra_equiv is None else extra_equiv)
+        return max(self.graphs_s(efficiency, floor_us, utilization), launches * host_us * 1e-6)
 
 
 def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, routing: str = "uniform") -> list[Row]:
@@ -60,14 +79,22 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
         step = price_step(inventory, hardware, StepConfig(batch=decode["batch"], context=decode["context"],
                                                           routing=routing))
         segments = step.main.segments
+        python_layers = {"moe_experts", "mamba_core"}  # fitted as moe_layers / mamba_layers
         rows.append(Row(
             case=case, architecture=architecture, config=result["config"],
             quantization=result.get("quantization"), mode=result["mode"], batch=decode["batch"],
             context=decode["context"], measured_ms=decode["step_ms"], vllm_version=result["vllm_version"],
-            gpu=result["gpu"], routing=routing,
+            gpu=result["gpu"], routing=routing, backend=step.backend.name,
             memory_at_full_s=[s.memory_at_datasheet_s for s in segments],
-            compute_s=[s.compute_at_peak_s for s in segments],
+            backend_weights_at_full_s=[s.backend_weights_at_datasheet_s for s in segments],
+            compute_s=[s.compute_at_peak_s for s in segments], full_gbps=step.datasheet_gbps,
+            backend_compute_s=[s.backend_compute_at_peak_s for s in segments],
+            gemm_utilization=step.backend.gemm_utilization(hardware),
+            weight_gbps=step.backend.weight_gbps(hardware), weight_only=step.backend.weight_only,
             kernels=sum(s.kernels for s in segments), eager_kernels=sum(s.eager_kernels for s in segments),
+            host_equiv=sum(c.host_equiv for c in step.profile.counts if c.role not in python_layers),
+            backend_gemms=sum(c.gemms for c in step.profile.counts
+                              if c.gemms and c.backend == (step.backend.linear_backend or "cublas")),
             moe_layers=moe_layers, mamba_layers=recurrent.count("mamba")))
     return rows
 
@@ -105,11 +132,35 @@ def fit_eager(rows: list[Row], efficiency: float, floor_us: float, utilization: 
     loss = 0.0
     for r in rows:
         device = r.graphs_s(efficiency, floor_us, utilization)
-        launches = r.eager_kernels + r.moe_layers * moe[:, None] + r.mamba_layers * mamba[None, :]
+        launches = r.eager_kernels + r.host_equiv + r.moe_layers * moe[:, None] + r.mamba_layers * mamba[None, :]
         host = launches[None, :, :] * HOSTS_US[:, None, None] * 1e-6
         loss = loss + np.log(np.maximum(host, device) * 1e3 / r.measured_ms) ** 2
     h, m, a = np.unravel_index(np.argmin(loss), loss.shape)
     return float(HOSTS_US[h]), float(moe[m]), float(mamba[a])
+
+
+WEIGHT_GBPS = np.arange(200, 6001, 10).astype(float)
+GEMM_EQUIVS = np.arange(0, 41) / 4
+
+
+def fit_weight_backend(rows: list[Row], efficiency: float, floor_us: float,
+                       utilization: float) -> tuple[float, float]:
+    """(GB/s its weights stream at, share of the tensor rate its GEMMs reach) of a weight-only backend,
+    from its graph steps, the device's coefficients fixed."""
+    loss = np.array([[sum(np.log(r.graphs_s(efficiency, floor_us, utilization, rate, share) * 1e3
+                                 / r.measured_ms) ** 2 for r in rows) for share in UTILIZATIONS]
+                     for rate in WEIGHT_GBPS])
+    i, j = np.unravel_index(np.argmin(loss), loss.shape)
+    return float(WEIGHT_GBPS[i]), float(UTILIZATIONS[j])
+
+
+def fit_gemm_python(rows: list[Row], fit: Fit) -> float:
+    """A weight-only GEMM's eager Python beyond its launches, in launches' worth, from the backend's
+    eager steps, the rest fixed."""
+    loss = [sum(np.log(r.eager_s(fit.efficiency, fit.floor_us, fit.utilization, fit.host_us, fit.moe_equiv,
+                                 fit.mamba_equiv, equiv * r.backend_gemms) * 1e3 / r.measured_ms) ** 2
+                for r in rows) for equiv in GEMM_EQUIVS]
+    return float(GEMM_EQUIVS[int(np.argmin(loss))])
 
 
 @dataclass
@@ -134,6 +185,7 @@ def fit(rows: list[Row], launches: bool = True, moe_equiv: float = 0.0, mamba_eq
     unless one is given, for rows too small ever to be compute-bound) and eager rows (host cost, and a
     MoE / Mamba layer's Python where such layers ran, else the values given). Without `launches` (a
     CPU host: no kernels launched in the model) no floor is fitted."""
+    rows = [r for r in rows if not r.weight_only]  # fitted after these (fit_weight_rate, fit_gemm_python)
     graphs = [r for r in rows if r.mode == "graphs"] or (rows if not launches else [])
     eager = [r for r in rows if r.mode == "eager"] if launches else []
     if not graphs:

@@ -32,6 +32,26 @@ class Backend:
     requires: str = ""
     # an emulation path writes a BF16 copy of each weight and reads it back every step
     dequantized_bytes_per_weight: float = 0.0
+    # the kernels dequantize the weights to BF16 in the GEMM and multiply BF16 activations (Marlin, Machete)
+    weight_only: bool = False
+    # the rate (GB/s) the format's weight-only kernels stream their weights at, per compute capability,
+    # where that is below the device's achievable bandwidth (dequantizing in the kernel: Marlin / Machete
+    # on Hopper); ((cc, GB/s), ...), with kind and source
+    weight_gbps_by_cc: tuple[tuple[str, float], ...] = ()
+    # the share of the datasheet tensor rate its GEMMs reach where they turn compute-bound, per compute
+    # capability (the dequantization shares the SMs with the MMA), where it differs from the device's
+    gemm_utilization_by_cc: tuple[tuple[str, float], ...] = ()
+    weight_gbps_kind: str = ""  # of both figures
+    weight_gbps_source: str = ""
+
+    def weight_gbps(self, hardware: Hardware) -> float | None:
+        """The rate this backend streams its format's weights at on `hardware`, None where no figure
+        is known (the device's achievable bandwidth applies)."""
+        return dict(self.weight_gbps_by_cc).get(hardware.compute_capability or "")
+
+    def gemm_utilization(self, hardware: Hardware) -> float | None:
+        """The share of the tensor rate this backend's GEMMs reach on `hardware`; None: the device's."""
+        return dict(self.gemm_utilization_by_cc).get(hardware.compute_capability or "")
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,6 +71,8 @@ def _checked(name: str | None, where: str) -> str | None:
 def backends() -> tuple[Backend, ...]:
     out = []
     for entry in load_table("rules").get("backend", []):
+        entry = dict(entry, **{key: tuple(sorted(entry.get(key, {}).items()))
+                               for key in ("weight_gbps_by_cc", "gemm_utilization_by_cc")})
         backend = Backend(**entry)
         _checked(backend.linear_backend, "rules.toml [[backend]]")
         _checked(backend.moe_backend, "rules.toml [[backend]]")

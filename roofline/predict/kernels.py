@@ -36,6 +36,7 @@ class KernelCount:
     # the host's Python work of the entry in eager mode beyond its launches, in kernel launches' worth
     # of host time (so that it scales with the host class's cost per kernel)
     host_equiv: float = 0.0
+    gemms: float = 0.0  # the GEMMs among the kernels (a linear layer's; none for cores and MoE)
 
     @property
     def eager(self) -> float:
@@ -186,8 +187,10 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
             fmt = _main_format(roles[role])
             gemm = _entry("gemm", fmt, backend)
             kernels = spec["gemms"] * gemm["kernels"] + spec["other"]
+            # a GEMM path's Python in eager mode beyond its launches ([[gemm]] eager_host_equiv, per GEMM)
             counts.append(KernelCount(layer, role, gemm["backend"], kernels,
-                                      f"{spec['source']}; {fmt}: {gemm['source']}"))
+                                      f"{spec['source']}; {fmt}: {gemm['source']}", gemms=spec["gemms"],
+                                      host_equiv=spec["gemms"] * gemm.get("eager_host_equiv", 0.0)))
         if "moe_experts" in roles:
             fmt = _main_format(roles["moe_experts"])
             moe = _entry("moe", fmt, moe_backend)

@@ -10,7 +10,9 @@ lm_head, MTP head and the step's own kernels on the last), and every segment cos
     memory   = bytes / (bandwidth x efficiency x backend's relative efficiency)
                bytes: the weights its modules read (MoE experts by the routing), the KV cache of its
                attention layer, the recurrent state of its GDN / Mamba layer, each divided over the
-               ranks that share it (roofline/predict/topology.py), + an emulated kernel's BF16 copy
+               ranks that share it (roofline/predict/topology.py), + an emulated kernel's BF16 copy;
+               the weights of a weight-only kernel that streams them slower than that (Marlin /
+               Machete on Hopper: Backend.weight_gbps) at its own rate instead
     compute  = 2 x active params x tokens / (tensor throughput of the format's compute x utilization)
                + attention over the context
     graphs:  max(memory, compute) + kernels x graph floor                      + collectives
@@ -120,6 +122,9 @@ class Segment:
     kv_bytes: float = 0.0
     state_bytes: float = 0.0
     extra_bytes: float = 0.0  # an emulated kernel's dequantized copy, written and read back
+    backend_weight_bytes: float = 0.0  # of weight_bytes: the backend's format's (at its rate, where it has one)
+    memory_at_datasheet_s: float = 0.0  # every byte at the datasheet bandwidth (x the backend's): what a fit scales
+    backend_weights_at_datasheet_s: float = 0.0  # of those: the backend format's weights
     resident_bytes: float = 0.0  # weights held by each rank
     compute_s: float = 0.0
     kernels: float = 0.0  # launched with CUDA graphs (replayed)
@@ -127,8 +132,8 @@ class Segment:
     host_equiv: float = 0.0  # the host's other Python work in eager mode, in kernel launches' worth
     collectives: list[Collective] = field(default_factory=list)
     memory_s: float = 0.0
-    memory_at_datasheet_s: float = 0.0  # the bytes at the datasheet bandwidth (x the backend's): what a fit scales
     compute_at_peak_s: float = 0.0  # the FLOPs at the datasheet tensor rate (no utilization): what a fit scales
+    backend_compute_at_peak_s: float = 0.0  # of those: the backend format's GEMMs
     floor_s: float = 0.0
     host_s: float = 0.0
 
@@ -242,6 +247,11 @@ class StepTime:
     profile: KernelProfile
     costs: LaunchCosts
     coefficients: list[Coefficient]
+
+    @property
+    def datasheet_gbps(self) -> float:
+        """The bandwidth memory_at_datasheet_s prices at: the datasheet's x the backend's relative efficiency."""
+        return self.hardware.bandwidth_gbps * self.backend.relative_efficiency
 
     # ---------------------------------------------------------------- tok/s
     def aggregate_tok_s(self, graphs: bool | None = None) -> float:
@@ -456,7 +466,10 @@ def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = St
     if bandwidth <= 0:
         raise RooflineError(f"hardware {hardware.key}: bandwidth must be positive")
     batches = _replica_batches(config.batch, topology.dp)
-    replicas = {b: _replica(inventory, hardware, config, topology, placement, backend, profile, costs, bandwidth, b)
+    weight_gbps = backend.weight_gbps(hardware)
+    weight_rate = None if weight_gbps is None else min(bandwidth, weight_gbps * 1e9)
+    replicas = {b: _replica(inventory, hardware, config, topology, placement, backend, profile, costs, bandwidth,
+                            weight_rate, b)
                 for b in set(batches)}
     step = StepTime(config, hardware, backend, placement, batches, replicas, profile, costs,
                     _coefficients(hardware, backend, costs, profile, placement))
@@ -467,7 +480,7 @@ def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = St
 
 def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topology: Topology,
              placement: Placement, backend: Backend, profile: KernelProfile, costs: LaunchCosts,
-             bandwidth: float, batch: int) -> ReplicaStep:
+             bandwidth: float, weight_rate: float | None, batch: int) -> ReplicaStep:
     shape = inventory.shape
     pp = topology.pp
     micro_batches = max(1, min(batch, pp))
@@ -497,6 +510,7 @@ def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topol
         return segments[key]
 
     utilization = compute_utilization(hardware)[0]
+    backend_utilization = backend.gemm_utilization(hardware) or utilization
     for module, moved, expert_moved in zip(inventory.modules, traffic.modules, expert_traffic.modules):
         props = role_properties(module.role)
         inside = module.layer if props.read != "none" and module.role != "mtp" else None
@@ -505,6 +519,8 @@ def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topol
         routed = props.read == "routed"
         step_bytes = (expert_moved if routed else moved).bytes_per_token * tokens_out * (expert_scale if routed else 1)
         target.weight_bytes += step_bytes / ranks
+        if module.format == backend.format:
+            target.backend_weight_bytes += step_bytes / ranks
         target.resident_bytes += module.nbytes / ranks
         if backend.dequantized_bytes_per_weight and module.format == backend.format:
             fraction = (expert_moved if routed else moved).read_fraction
@@ -514,8 +530,14 @@ def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topol
             if routed and shape.num_experts and shape.experts_per_token:
                 active = module.params * shape.experts_per_token / shape.num_experts  # top-k of E per token
             tokens = tokens_in * (expert_scale if routed else 1)
-            rate = _tflops(hardware, _compute_format(module.format, backend)) * 1e12 * utilization
-            target.compute_s += 2 * active * tokens / ranks / rate
+            peak = _tflops(hardware, _compute_format(module.format, backend)) * 1e12
+            at_peak = 2 * active * tokens / ranks / peak
+            target.compute_at_peak_s += at_peak
+            if module.format == backend.format:
+                target.backend_compute_at_peak_s += at_peak
+                target.compute_s += at_peak / backend_utilization
+            else:
+                target.compute_s += at_peak / utilization
     for layer, per_sequence in kv_bytes_by_layer(inventory, scenario).items():
         segment(layer, False).kv_bytes += per_sequence * micro / kv_ranks
     for layer, per_sequence in state_bytes_by_layer(inventory).items():
@@ -525,8 +547,10 @@ def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topol
     q_heads = config_int(text_config(inventory.config), "num_attention_heads")
     for layer in shape.attention:
         span = min(config.context, layer.window or config.context)
-        segment(layer.layer, False).compute_s += (attention_flops * q_heads * layer.head_dim * span * tokens_in
-                                                  / topology.tp / (_tflops(hardware, "bf16") * 1e12 * utilization))
+        at_peak = attention_flops * q_heads * layer.head_dim * span * tokens_in / topology.tp \
+            / (_tflops(hardware, "bf16") * 1e12)
+        segment(layer.layer, False).compute_at_peak_s += at_peak
+        segment(layer.layer, False).compute_s += at_peak / utilization
     for count in profile.counts:
         target = segment(count.layer, count.role == "embedding")
         target.kernels += count.kernels
@@ -534,9 +558,10 @@ def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topol
         target.host_equiv += count.host_equiv
     _collectives(inventory, topology, placement, segments, tokens_in, micro)
     for target in segments.values():
-        target.memory_s = target.bytes / bandwidth
-        target.memory_at_datasheet_s = target.memory_s * hardware.efficiency
-        target.compute_at_peak_s = target.compute_s * utilization
+        target.memory_at_datasheet_s = target.bytes / bandwidth * hardware.efficiency
+        target.backend_weights_at_datasheet_s = target.backend_weight_bytes / bandwidth * hardware.efficiency
+        target.memory_s = target.bytes / bandwidth if weight_rate is None else \
+            (target.bytes - target.backend_weight_bytes) / bandwidth + target.backend_weight_bytes / weight_rate
         target.floor_s = target.kernels * costs.graph_floor_us_per_kernel * 1e-6
         target.host_s = (target.eager_kernels + target.host_equiv) * costs.host_us_per_kernel * 1e-6
     stages: list[list[Segment]] = [[] for _ in range(pp)]
@@ -621,6 +646,13 @@ def _coefficients(hardware: Hardware, backend: Backend, costs: LaunchCosts, prof
         Coefficient("graph_floor", costs.graph_floor_us_per_kernel, "us per kernel", costs.floor_kind, costs.floor_source),
         Coefficient("host_launch", costs.host_us_per_kernel, "us per kernel", costs.host_kind, costs.host_source),
     ]
+    if backend.weight_gbps(hardware) is not None:
+        out.append(Coefficient("weight_only_rate", backend.weight_gbps(hardware), "GB/s (the format's weights)",
+                               backend.weight_gbps_kind, f"{backend.name}: {backend.weight_gbps_source}"))
+    if backend.gemm_utilization(hardware) is not None:
+        out.append(Coefficient("backend_gemm_utilization", backend.gemm_utilization(hardware),
+                               "share of tensor peak (the format's GEMMs)", backend.weight_gbps_kind,
+                               f"{backend.name}: {backend.weight_gbps_source}"))
     for group, link in (("tp", placement.tp_link), ("pp", placement.pp_link), ("ep", placement.ep_link)):
         if link is not None:
             out.append(Coefficient(f"{group}_link_latency", link.latency_us, f"us per collective ({link.key})",
