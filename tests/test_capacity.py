@@ -218,4 +218,49 @@ def test_capacity_over_tensor_parallel_ranks():
                "--max-model-len", "32k")
     assert proc.returncode == 0 and "per GPU of 8" in proc.stdout
     alone = cli("capacity", str(REFERENCE / "deepseek-ai__DeepSeek-V3"), "--hardware", "h200", "--max-model-len", "32k")
-    assert alone.returncode == 1 and "--tp N splits the weights" in alone.stderr
+    assert alone.returncode == 1 and "--tp N or --gpus / --boxes split the weights" in alone.stderr
+
+
+def test_capacity_over_gpus_and_boxes():
+    """--gpus / --boxes: the split plan --gpus / --boxes ranks first, sized as --tp sizes it when that split
+    is tensor parallel (one path); a data-parallel split multiplies the requests by its engines; a pipeline
+    split gives each stage's worker its own layers (checked against vLLM in test_kv_specs.py); the options
+    are checked at the edge."""
+    deepseek = str(REFERENCE / "deepseek-ai__DeepSeek-V3")
+    proc = cli("capacity", deepseek, "--hardware", "h200", "--gpus", "8", "--max-model-len", "32k",
+               "--concurrency", "1,64", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    split = result["split"]
+    assert split["devices"] == 8 and split["boxes"] == 1 and "concurrency 64" in split["ranked_by"]
+    assert result["memory_terms"]["weights"]["bytes"] < 0.2 * load_inventory(deepseek).weight_bytes
+    if (split["tp"], split["pp"], split["dp"], split["ep"]) == (8, 1, 1, 1):  # the same engine as --tp 8
+        same = json.loads(cli("capacity", deepseek, "--hardware", "h200", "--tp", "8", "--max-model-len", "32k",
+                              "--concurrency", "1,64", "--json").stdout)
+        assert same["kv_cache"]["tokens"] == result["kv_cache"]["tokens"]
+    text = cli("capacity", deepseek, "--hardware", "h200", "--gpus", "8", "--max-model-len", "32k", "--concurrency", "1")
+    assert text.returncode == 0 and "split over 8 GPUs (1 box):" in text.stdout
+    # four Sparks: the split changes with what it is ranked by, every one sized the same way
+    qwen = load_inventory(QWEN3_8B)
+    gb10 = get_hardware("gb10")
+    for levels in ((1,), (256,)):
+        over = capacity(qwen, gb10, Request(max_model_len=32768, boxes=4, concurrency=levels))
+        alone = capacity(qwen, gb10, Request(max_model_len=32768, concurrency=levels))
+        assert over.split["boxes"] == 4
+        assert over.replicas * over.kv.tokens > alone.kv.tokens  # every engine's GPUs hold fewer weights
+        assert over.fit_concurrency == min(over.kv.num_blocks // over.kv.blocks_for(640), 256) * over.replicas
+    # a small model on four H200s: data parallel, each engine its own KV cache and max_num_seqs
+    small = load_inventory(str(Path(__file__).parent.parent / "roofline" / "data" / "engine_models" / "qwen3-0.6b"))
+    h200 = get_hardware("h200")
+    replicated = capacity(small, h200, Request(max_model_len=32768, gpus=4, concurrency=(1024,)))
+    single = capacity(small, h200, Request(max_model_len=32768, concurrency=(1024,)))
+    assert (replicated.split["dp"], replicated.replicas) == (4, 4)
+    assert replicated.kv.tokens == single.kv.tokens  # each engine is one whole GPU
+    assert replicated.fit_concurrency == 4 * single.fit_concurrency == 4 * 256
+    assert replicated.verdict().startswith("4 data-parallel replicas of")
+    assert replicated.curve[0].fits and not single.curve[0].fits
+    for args, message in ((("--tp", "2", "--gpus", "2"), "--tp and --gpus / --boxes do not go together"),
+                          (("--network", "cx7-200g"), "--network applies to --boxes"),
+                          (("--boxes", "0"), "--boxes")):
+        bad = cli("capacity", QWEN3_8B, *args)
+        assert bad.returncode != 0 and message in bad.stderr and bad.stderr.count("\n") == 1, (args, bad.stderr)

@@ -154,3 +154,54 @@ def test_gemma4_unified_pages_equal_vllms():
             assert ours.blocks_for(MAX_LEN) == sum(g["blocks"] for g in theirs), (name, row["tp"])
             # the global layers' smaller page took a larger block: Gemma 4 is not counted at one block size
             assert len(set(ours.block_sizes.values())) == 2
+
+
+# Pipeline parallelism: vLLM's own get_kv_cache_configs over one KV-spec dict per stage (vLLM's
+# get_pp_indices split) and a different memory per worker: the engine's blocks.
+PP_SIDE = r"""
+import json, logging, sys
+logging.disable(logging.WARNING)
+import torch
+from vllm.config import ModelConfig, VllmConfig
+from vllm.distributed.utils import get_pp_indices
+from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
+from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+out = {}
+for folder, pp, memory in json.loads(sys.argv[1]):
+    mc = ModelConfig(model=folder, skip_tokenizer_init=True, max_model_len=32768)
+    config = VllmConfig(model_config=mc)
+    config.cache_config.kv_cache_layout = "LBNHC"  # vLLM's default preference (no backend declares one)
+    text = mc.hf_text_config
+    layers = text.num_hidden_layers
+    kinds = getattr(text, "layer_types", None) or ["full_attention"] * layers
+    def spec(i):
+        args = dict(block_size=16, num_kv_heads=mc.get_total_num_kv_heads(), head_size=mc.get_head_size(),
+                    dtype=torch.bfloat16)
+        return (SlidingWindowSpec(sliding_window=text.sliding_window, **args) if kinds[i] == "sliding_attention"
+                else FullAttentionSpec(**args))
+    specs = []
+    for rank in range(pp):
+        start, end = get_pp_indices(layers, rank, pp)
+        specs.append({f"model.layers.{i}.attn": spec(i) for i in range(start, end)})
+    configs = get_kv_cache_configs(config, specs, memory)
+    out[f"{folder}:{pp}"] = sorted({c.num_blocks for c in configs})
+print(json.dumps(out))
+"""
+
+
+def test_pipeline_stage_blocks_equal_vllms():
+    from roofline.predict.kv_capacity import KVLayout
+    from roofline.predict.topology import stage_layers
+
+    cases = [(str(REFERENCE / name), pp, [10_000_000_000 + rank * 1_500_000_000 for rank in range(pp)])
+             for name, pp in (("openai__gpt-oss-20b", 3), ("Qwen__Qwen3-8B", 5), ("Qwen__Qwen3-8B", 2))]
+    proc = subprocess.run([sys.executable, "-c", PP_SIDE, json.dumps(cases)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    for folder, pp, memory in cases:
+        shape = load_inventory(folder).shape
+        stages = list(zip(stage_layers(shape.num_layers, pp), memory))
+        ours = kv_capacity(shape, kv_dtype_bytes=2, model_dtype_bytes=2, state_dtype_bytes=4,
+                           memory_bytes=min(memory), max_model_len=32768, layout=KVLayout(16, 16), stages=stages)
+        assert theirs[f"{folder}:{pp}"] == [ours.num_blocks], (folder, pp)

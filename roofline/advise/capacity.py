@@ -23,7 +23,7 @@ from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
 from roofline.predict.launch import graphs_apply
 from roofline.predict.step import StepConfig, price_step
-from roofline.predict.topology import Topology, tensor_parallel_placement, tp_refusal
+from roofline.predict.topology import Topology, stage_layers, tensor_parallel_placement, tp_refusal
 from roofline.predict.traffic import KV_DTYPE_BYTES, ROUTINGS, Scenario, compute_traffic, dtype_bytes
 
 SCHEMA = "roofline.capacity/1"
@@ -52,6 +52,9 @@ class Request:
     tp: int = 1  # tensor-parallel ranks (--tensor-parallel-size): memory terms and KV pages per rank
     link: str | None = None  # interconnect of the TP ranks (hardware.toml [link.*]; default per hardware)
     enforce_eager: bool = False  # --enforce-eager: no CUDA-graph pool, every kernel launched by the host
+    gpus: int | None = None  # --gpus / --boxes: devices per box and boxes; the split plan --gpus / --boxes ranks first
+    boxes: int | None = None
+    network: str | None = None  # the link between boxes (hardware.toml [link.*] of scope network)
 
 
 @dataclass
@@ -111,6 +114,8 @@ class Capacity:
     kv_cache_dtype_resolved: str = ""  # the KV dtype the cache is sized at ("auto" resolved as vLLM does)
     slo: SloAnswer | None = None  # --min-tok-s / --max-ttft
     band: dict = field(default_factory=dict)  # the curve's validated error band (predict/bands.py)
+    split: dict | None = None  # --gpus / --boxes: the topology and why it was chosen
+    replicas: int = 1  # data-parallel engines, each with its own KV cache of `kv`
 
     def verdict(self) -> str:
         """The summary of the table beneath it: a peak only among the concurrencies that fit."""
@@ -118,6 +123,10 @@ class Capacity:
         best = max(fitting, key=lambda p: p.aggregate_tok_s) if fitting else None
         text = (f"{self.kv.tokens:,} KV tokens: {self.kv.max_concurrency:.2f} requests of {self.kv.max_model_len:,} "
                 f"tokens, {self.fit_concurrency} of {self.context:,}")
+        if self.replicas > 1:
+            text = (f"{self.replicas} data-parallel replicas of {self.kv.tokens:,} KV tokens each: "
+                    f"{self.replicas * self.kv.max_concurrency:.2f} requests of {self.kv.max_model_len:,} tokens, "
+                    f"{self.fit_concurrency} of {self.context:,}")
         if best is not None:
             text += (f"; decode peaks at {best.aggregate_tok_s:.0f} tok/s aggregate at concurrency {best.concurrency} "
                      f"({best.per_stream_tok_s:.1f} per stream)")
@@ -144,7 +153,7 @@ class Capacity:
             "recommended_kv_cache_memory_bytes": self.recommended_kv_cache_memory_bytes,
             "verdict": self.verdict(), "notes": list(self.notes),
             "slo": self.slo.to_json() if self.slo else None,
-            "band": self.band,
+            "band": self.band, "split": self.split, "replicas": self.replicas,
         }
 
 
@@ -204,8 +213,9 @@ def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int) -> float
 
 
 def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
-                 weights_per_rank: float | None = None) -> list[MemoryTerm]:
-    """What one rank's KV cache gets (every term per GPU; weights_per_rank: a TP rank's share)."""
+                 weights_per_rank: float | None = None, tp: int = 1) -> list[MemoryTerm]:
+    """What one rank's KV cache gets (every term per GPU; weights_per_rank: the fullest rank's share
+    of a split over `tp` tensor-parallel ranks and pipeline stages)."""
     mem = _table()["memory"]
     if hardware.host == "cpu" and request.cpu_kvcache_space_gib is not None:
         # vLLM-CPU's legacy variable wins over --kv-cache-memory-bytes (vllm/platforms/cpu.py)
@@ -227,8 +237,9 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
                         "given" if request.gpu_memory_utilization else "vllm default",
                         f"gpu_memory_utilization {utilization:g} x {device_text}"),
              MemoryTerm("weights", inventory.weight_bytes if weights_per_rank is None else weights_per_rank,
-                        "checkpoint", "the checkpoint's tensors (audit)" if request.tp == 1 else
-                        f"one of {request.tp} TP ranks' share of the checkpoint's tensors (replicated ones whole)"),
+                        "checkpoint", "the checkpoint's tensors (audit)" if weights_per_rank is None else
+                        f"the fullest rank's share of the checkpoint's tensors ({tp} tensor-parallel ranks; "
+                        f"replicated ones whole)"),
              MemoryTerm("activation_peak", activation_peak_bytes(inventory, tokens, seqs), "estimate",
                         f"{tokens} batched tokens x one layer's widest workspace and the residual stream + "
                         f"{seqs} x vocab fp32 logits (vLLM measures it in its profiling run)"),
@@ -277,14 +288,17 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     if request.prompt_len + request.output_len > request.max_model_len:
         raise RooflineError(f"a request of --prompt-len {request.prompt_len} + --output-len {request.output_len} tokens "
                             f"does not fit --max-model-len {request.max_model_len} (vLLM refuses such a request)")
-    parallel = _parallel(inventory, hardware, request)
+    parallel, split = _parallel(inventory, hardware, request)
+    topology = parallel.get("topology", Topology())
     weights = inventory.weight_bytes
-    if request.tp > 1:
-        weights = price_step(inventory, hardware, StepConfig(**parallel)).weight_bytes_per_rank
-    terms = memory_terms(inventory, hardware, request, weights if request.tp > 1 else None)
+    stage_weights = [weights]
+    if topology.devices > 1:
+        stage_weights = [t["weight_bytes"] for t in price_step(inventory, hardware, StepConfig(**parallel)).stage_totals()]
+        weights = max(stage_weights)
+    terms = memory_terms(inventory, hardware, request, weights if topology.devices > 1 else None, topology.tp)
     budget = terms[-1].bytes
     given = terms[-1].kind == "given"
-    per_gpu = " per GPU" if request.tp > 1 else ""
+    per_gpu = " per GPU" if topology.devices > 1 else ""
     if given and budget + weights > hardware.memory_gb * 1e9:
         raise RooflineError(f"does not fit: {budget / GIB:,.2f} GiB of KV cache beside {weights / 1e9:.2f} GB "
                             f"of weights{per_gpu} is more than the {hardware.memory_gb:g} GB of {hardware.name}")
@@ -292,7 +306,8 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
         weights = weights / 1e9
         raise RooflineError(f"does not fit: the weights ({weights:.2f} GB{per_gpu}) and vLLM's overheads leave no KV "
                             f"cache memory of the {terms[0].bytes / 1e9:.2f} GB requested"
-                            + ("" if request.tp > 1 else "; --tp N splits the weights over N GPUs"))
+                            + ("" if topology.devices > 1 else "; --tp N or --gpus / --boxes split the weights over "
+                                                                   "several GPUs"))
     shape = inventory.shape
     kv_name = request.kv_cache_dtype
     traffic_kv = compute_traffic(inventory, Scenario(kv_cache_dtype=kv_name))
@@ -301,8 +316,9 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                      state_dtype_bytes=int(dtype_bytes(shape.state_dtype)), memory_bytes=int(budget),
                      max_model_len=request.max_model_len,
                      layout=platform_layout(hardware, mla=bool(config_int(text_config(inventory.config), "kv_lora_rank"))),
-                     block_size=request.block_size, prefix_caching=request.prefix_caching, tp=request.tp,
-                     max_in_flight_tokens=_platform(hardware)["max_concurrent_batches"] * batched_tokens(request, hardware))
+                     block_size=request.block_size, prefix_caching=request.prefix_caching, tp=topology.tp,
+                     max_in_flight_tokens=_platform(hardware)["max_concurrent_batches"] * batched_tokens(request, hardware),
+                     stages=_stage_budgets(shape.num_layers, topology.pp, stage_weights, budget, weights, given))
     if kv.num_blocks < kv.blocks_for(request.max_model_len):
         # vLLM's own start-up check (check_enough_kv_cache_memory / "No available memory for the cache blocks")
         raise RooflineError(f"vLLM refuses to start: {budget / GIB:,.3g} GiB of KV cache hold {kv.num_blocks} blocks, "
@@ -311,7 +327,7 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     context = min(request.prompt_len + request.output_len // 2, request.max_model_len)
     per_request_blocks = kv.blocks_for(request.prompt_len + request.output_len)
     max_seqs = request.max_num_seqs or _table()["memory"]["max_num_seqs"]
-    fit = min(kv.num_blocks // per_request_blocks, max_seqs)
+    fit = min(kv.num_blocks // per_request_blocks, max_seqs) * topology.dp  # each replica its own cache and cap
     curve, knee, one = decode_curve(inventory, hardware, request.concurrency, context, kv_name, request.routing, fit,
                                     parallel)
     ttft = prefill_s(one, request.prompt_len)
@@ -341,21 +357,49 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                     curve=curve, knee_concurrency=knee, ttft_ms=ttft * 1e3, context=context, fit_concurrency=fit,
                     recommended_kv_cache_memory_bytes=recommended, notes=notes,
                     kv_cache_dtype_resolved=traffic_kv.kv_dtype, slo=slo,
-                    band=band_json(band_for(inventory, hardware, graphs=not request.enforce_eager)))
+                    band=band_json(band_for(inventory, hardware, graphs=not request.enforce_eager)),
+                    split=split, replicas=topology.dp)
 
 
-def _parallel(inventory: Inventory, hardware: Hardware, request: Request) -> dict:
-    """The StepConfig fields of the server's setup: eager or CUDA graphs, and for --tp N vLLM's own
-    refusal of the split first, then the ranks placed on the hardware's links (one box; plan --gpus /
-    --boxes ranks the splits over several)."""
+def _stage_budgets(num_layers: int, pp: int, stage_weights: list[float], budget: float, weights: float,
+                   given: bool) -> list[tuple[range, int]] | None:
+    """Under pipeline parallelism, each stage's layers and its worker's KV memory: the budget of the
+    fullest rank plus what that stage's lighter weights leave (a fixed --kv-cache-memory-bytes is the
+    same on every worker)."""
+    if pp == 1:
+        return None
+    return [(layers, int(budget if given else budget + weights - stage))
+            for layers, stage in zip(stage_layers(num_layers, pp), stage_weights)]
+
+
+def _parallel(inventory: Inventory, hardware: Hardware, request: Request) -> tuple[dict, dict | None]:
+    """The StepConfig fields of the server's setup and, for --gpus / --boxes, the split: eager or CUDA
+    graphs; for --tp N vLLM's own refusal of the split first, then the ranks placed on the hardware's
+    links; for --gpus / --boxes the split plan --gpus / --boxes ranks first (advise/scale_out.py) at the
+    curve's largest concurrency."""
     mode = {"graphs": False} if request.enforce_eager else {}  # the curve priced as the server runs
+    if request.gpus is not None or request.boxes is not None:
+        from .scale_out import scale_out  # noqa: PLC0415 (the scale-out ranking imports this module's peers)
+
+        concurrency = max(request.concurrency)
+        plan = scale_out(inventory, hardware, boxes=request.boxes or 1, devices_per_box=request.gpus or 1,
+                         concurrency=concurrency, context=min(request.prompt_len + request.output_len // 2,
+                                                              request.max_model_len),
+                         kv_cache_dtype=request.kv_cache_dtype, in_box_link_name=request.link,
+                         network=request.network)
+        best = plan.ranked[0]
+        split = {"label": best.topology.label, "tp": best.topology.tp, "pp": best.topology.pp,
+                 "dp": best.topology.dp, "ep": best.topology.ep, "devices": best.topology.devices,
+                 "boxes": best.boxes, "ranked_by": f"{'aggregate' if concurrency > 1 else 'single-stream'} tok/s at concurrency {concurrency}",
+                 "alternatives": [r.topology.label for r in plan.ranked[1:4]]}
+        return mode | {"topology": best.topology, "placement": best.placement}, split
     if request.tp == 1:
-        return mode
+        return mode, None
     refusal = tp_refusal(inventory.config, request.tp)
     if refusal:
         raise RooflineError(f"--tp {request.tp}: vLLM refuses this split of {inventory.model_id}: {refusal}")
     return mode | {"topology": Topology(tp=request.tp),
-                   "placement": tensor_parallel_placement(hardware, request.tp, request.link)}
+                   "placement": tensor_parallel_placement(hardware, request.tp, request.link)}, None
 
 
 def prefill_s(one, prompt_len: int) -> float:

@@ -40,7 +40,13 @@ DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
 @click.option("--tp", "-tp", "--tensor-parallel-size", "tp", type=types.TP_RANKS, default=1, show_default=True,
               help="Tensor-parallel ranks (vLLM's --tensor-parallel-size): weights, KV heads and memory per GPU, "
                    "KV heads replicated when TP exceeds them, as vLLM does.")
-@click.option("--link", default=None, help="Interconnect of the --tp ranks (hardware.toml [link.*]; default per hardware).")
+@click.option("--link", default=None, help="Interconnect of the --tp ranks, or of the GPUs in a box with --gpus "
+                                           "(hardware.toml [link.*]; default per hardware).")
+@click.option("--gpus", type=types.DEVICES_PER_BOX, default=None,
+              help="GPUs per box: size the split `plan --gpus` ranks first (TP x PP x DP), per-rank weights and "
+                   "KV, pipeline stages holding their own layers, data-parallel engines their own cache.")
+@click.option("--boxes", type=types.BOXES, default=None, help="Boxes of --hardware (with --gpus each), as plan --boxes.")
+@click.option("--network", default=None, help="Link between boxes for --boxes (hardware.toml [link.*] of scope network).")
 @click.option("--min-tok-s", type=types.TOK_S, default=None,
               help="SLO: tok/s each stream must still get; answers with the most concurrent requests that keep it "
                    "and what stops one more.")
@@ -56,8 +62,8 @@ DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
               help="Add the capacity section to this HTML report, or write one.")
 def command(model, revision, config_only, no_cache, from_vllm, hardware_name, bandwidth, gpu_memory_utilization,
             kv_cache_memory_bytes, max_model_len, max_num_seqs, max_num_batched_tokens, block_size, kv_cache_dtype,
-            no_prefix_caching, concurrency_text, prompt_len, output_len, tp, link, min_tok_s, max_ttft_s,
-            enforce_eager, routing, as_json, html_path):
+            no_prefix_caching, concurrency_text, prompt_len, output_len, tp, link, gpus, boxes, network, min_tok_s,
+            max_ttft_s, enforce_eager, routing, as_json, html_path):
     """How many concurrent requests fit in vLLM's KV cache on this hardware (the token count and
     maximum concurrency vLLM logs at start-up), and the decode curve: aggregate and per-stream tok/s
     per concurrency, what bounds each point, the knee where decode turns compute-bound, and TTFT."""
@@ -70,6 +76,11 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
     if not model and not from_vllm:
         raise click.UsageError("give MODEL (a folder or hub id) or --from-vllm CAPTURE")
     levels = types.parse_int_list(concurrency_text, "--concurrency", 1, 1 << 16)
+    if (gpus is not None or boxes is not None) and tp != 1:
+        raise RooflineError("--tp and --gpus / --boxes do not go together: --gpus / --boxes take the split plan "
+                            "ranks first")
+    if network is not None and boxes is None:
+        raise RooflineError("--network applies to --boxes")
     hardware = get_hardware(hardware_name, bandwidth)
     inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm,
                                use_cache=not no_cache)
@@ -93,7 +104,8 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
                       max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
                       prefix_caching=not no_prefix_caching, concurrency=levels, prompt_len=prompt_len,
                       output_len=output_len, routing=routing, min_tok_s=min_tok_s, tp=tp, link=link,
-                      max_ttft_ms=None if max_ttft_s is None else max_ttft_s * 1e3, enforce_eager=enforce_eager)
+                      max_ttft_ms=None if max_ttft_s is None else max_ttft_s * 1e3, enforce_eager=enforce_eager,
+                      gpus=gpus, boxes=boxes, network=network)
     result = capacity(inventory, hardware, request)
     payload = result.to_json()
     if as_json:

@@ -21,6 +21,10 @@ _align_hybrid_block_size, vllm/v1/kv_cache_interface.py):
   512 with fewer KV heads) are unified first (unify_kv_cache_spec_page_size): a kind whose page
   divides the largest takes a block size that many times larger; one that does not is padded to
   the largest page at the same block size.
+- pipeline parallelism (get_kv_cache_configs): the groups are the whole model's; each stage's worker
+  holds, of every group, the layers in its stage (group i of a kind takes its kind's layers i, i + n,
+  ...), its bytes per block are the largest group's share there, its blocks its own memory over that,
+  and the engine runs on the fewest blocks of any worker.
 - a request at max_model_len needs cdiv(max_model_len, block_size) blocks of every attention group
   and, of every state group, one block — two with prefix caching on (vLLM's default), which switches
   hybrid models to mamba_cache_mode "align" (vllm/model_executor/models/config.py MambaModelConfig;
@@ -120,9 +124,23 @@ def _groups(buckets: dict[str, int]) -> tuple[list[tuple[str, int]], int]:
     return groups, group_size
 
 
+def _stage_bytes_per_block(layers_by_kind: dict[str, list[int]], groups: list[tuple[str, int]],
+                           page: dict[str, int], stage: range) -> int:
+    """One pipeline stage's bytes per block: the largest group's pages among the stage's layers."""
+    out = 0
+    for kind in dict.fromkeys(kind for kind, _ in groups):
+        count = sum(1 for k, _ in groups if k == kind)
+        for i in range(count):
+            out = max(out, page[kind] * sum(1 for layer in layers_by_kind[kind][i::count] if layer in stage))
+    return out
+
+
 def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: int, state_dtype_bytes: int,
                 memory_bytes: int, max_model_len: int, layout: KVLayout, block_size: int | None = None,
-                tp: int = 1, prefix_caching: bool = True, max_in_flight_tokens: int = 0) -> KVCapacity:
+                tp: int = 1, prefix_caching: bool = True, max_in_flight_tokens: int = 0,
+                stages: list[tuple[range, int]] | None = None) -> KVCapacity:
+    """`stages`: under pipeline parallelism, each stage's layers and the memory its worker gives the KV
+    cache (memory_bytes is then the smallest of them)."""
     if memory_bytes <= 0:
         raise RooflineError("no memory is left for the KV cache")
     notes: list[str] = []
@@ -176,6 +194,20 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
     page = {kind: attention_page for kind in buckets} | {"state": padded_state}
     bytes_per_block = max(page[kind] * n for kind, n in groups)
     num_blocks = memory_bytes // bytes_per_block
+    if stages and len(stages) > 1:
+        layers_by_kind: dict[str, list[int]] = {kind: [] for kind in buckets}
+        for layer in sorted(shape.attention, key=lambda a: a.layer):
+            layers_by_kind[kind_of(layer)].append(layer.layer)
+        layers_by_kind["state"] = sorted(r.layer for r in shape.recurrent)
+        per_stage = [(_stage_bytes_per_block(layers_by_kind, groups, page, layers), memory)
+                     for layers, memory in stages]
+        if any(memory <= 0 for _, memory in per_stage):
+            raise RooflineError("a pipeline stage has no memory left for the KV cache")
+        num_blocks = min(memory // stage_bytes for stage_bytes, memory in per_stage if stage_bytes)
+        bytes_per_block = max(stage_bytes for stage_bytes, _ in per_stage)
+        notes.append(f"{len(stages)} pipeline stages: each worker holds its stage's layers of every group "
+                     f"({', '.join(f'{b:,}' for b, _ in per_stage)} bytes per block); the engine runs on the fewest "
+                     f"blocks of any stage")
     state_blocks = 2 if prefix_caching else 1
     blocks_per_request = _blocks_for(groups, block_sizes, state_blocks, max_model_len, windows,
                                      max_in_flight_tokens)

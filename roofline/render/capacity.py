@@ -15,9 +15,19 @@ def render_capacity(payload: dict) -> str:
     lines = wrapped(f"capacity: {payload['model']} on {payload['hardware']['name']}, max_model_len "
                     f"{request['max_model_len']:,}, KV {kv_text}", width)
     tp = request.get("tp") or 1
-    lines += wrapped("memory for the KV cache:" if tp == 1 else
-                     f"memory for the KV cache, per GPU of {tp} (tensor parallel; the KV tokens are the engine's):",
-                     width, "  ")
+    split = payload.get("split")
+    if split:
+        lines += wrapped(f"split over {split['devices']} GPUs ({split['boxes']} box{'es' if split['boxes'] > 1 else ''}): "
+                         f"{split['label']}, the split `plan --gpus / --boxes` ranks first "
+                         f"({split['ranked_by']})"
+                         + (f"; next: {', '.join(split['alternatives'])}" if split["alternatives"] else ""), width, "  ")
+        lines += wrapped(f"memory for the KV cache, per GPU (the fullest rank; the KV tokens are one engine's"
+                         + (f", each of {split['dp']} data-parallel engines" if split["dp"] > 1 else "") + "):",
+                         width, "  ")
+    else:
+        lines += wrapped("memory for the KV cache:" if tp == 1 else
+                         f"memory for the KV cache, per GPU of {tp} (tensor parallel; the KV tokens are the engine's):",
+                         width, "  ")
     for name, term in payload["memory_terms"].items():
         sign = "" if name in ("requested", "kv_cache") else "- "
         lines += wrapped(f"{sign + name:<20} {human_bytes(term['bytes']):>11}  ({term['kind']}: {term['source']})",
