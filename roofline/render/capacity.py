@@ -21,7 +21,7 @@ def render_capacity(payload: dict) -> str:
                          f"{split['label']}, the split `plan --gpus / --boxes` ranks first "
                          f"({split['ranked_by']})"
                          + (f"; next: {', '.join(split['alternatives'])}" if split["alternatives"] else ""), width, "  ")
-        lines += wrapped(f"memory for the KV cache, per GPU (the fullest rank; the KV tokens are one engine's"
+        lines += wrapped("memory for the KV cache, per GPU (the fullest rank; the KV tokens are one engine's"
                          + (f", each of {split['dp']} data-parallel engines" if split["dp"] > 1 else "") + "):",
                          width, "  ")
     else:
