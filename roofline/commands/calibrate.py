@@ -75,7 +75,7 @@ def command(models, engine, batches_text, context, device, buffer_mb, repetition
         measured = Hardware(key=save_key or "calibrating", **(entry | {"aliases": ()}))
         engine_result = calibrate_engine(measured, "cuda" if calibration.device.startswith("cuda") else "cpu",
                                          tuple(models), tuple(batches), context, progress)
-        entry |= engine_fields(engine_result)
+        entry |= engine_fields(engine_result, entry.get("bandwidth_gbps"))
         payload["engine"] = engine_result.to_json()
     saved = None
     if save_key:

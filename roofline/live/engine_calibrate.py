@@ -226,8 +226,9 @@ def calibrate_engine(hardware, device: str, models: tuple[str, ...] = (), batche
     return EngineCalibration(version, device, device_name, runs, fitted, time.strftime("%Y-%m-%d"))
 
 
-def engine_fields(calibration: EngineCalibration) -> dict:
-    """The hardware-entry fields the vLLM runs measure (the rest: the device calibration's)."""
+def engine_fields(calibration: EngineCalibration, bandwidth_gbps: float | None = None) -> dict:
+    """The hardware-entry fields the vLLM runs measure (the rest: the device calibration's, whose
+    bandwidth is `bandwidth_gbps`)."""
     fit, runs = calibration.fit, calibration.runs
     cases = "; ".join(f"{r.model} {r.mode} batch {', '.join(str(x.batch) for x in r.rows)}" for r in runs)
     where = (f"roofline calibrate --engine vllm {calibration.measured_at}: vLLM {calibration.vllm_version} on "
@@ -238,6 +239,13 @@ def engine_fields(calibration: EngineCalibration) -> dict:
                              f"(the step model fitted to the steps, benchmarks/gpu_vllm/fit.py's fit)",
         "vllm_version": calibration.vllm_version,
     }
+    if fit.efficiency > 1 and bandwidth_gbps:
+        # decode read faster than the copy kernel moved: the entry's bandwidth becomes decode's own rate
+        fields |= {"bandwidth_gbps": round(bandwidth_gbps * fit.efficiency, 2), "bandwidth_kind": "measured",
+                   "bandwidth_source": f"{where}: the rate vLLM's decode read at, {fit.efficiency:.3f} x the "
+                                       f"{bandwidth_gbps:g} GB/s the copy kernel moved",
+                   "efficiency": 1.0,
+                   "efficiency_source": f"{where}: decode reads at this entry's bandwidth (fitted to vLLM's steps)"}
     if calibration.device == "cuda":
         fields |= {"graph_floor_us_per_kernel": round(fit.floor_us, 3),
                    "launch_source": f"{where}: CUDA-graph floor and eager host cost per kernel fitted to vLLM's own "
