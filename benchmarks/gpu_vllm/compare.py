@@ -52,7 +52,8 @@ def compared() -> tuple[list, list]:
         if "kv_tokens" in startup and result["decode"][0]["context"] <= 1024:
             request = Request(max_model_len=result["max_model_len"], max_num_seqs=max(r["batch"] for r in result["decode"]),
                               max_num_batched_tokens=engine.get("max_num_batched_tokens"),
-                              enforce_eager=result["mode"] == "eager")
+                              enforce_eager=result["mode"] == "eager",
+                              prefix_caching=False)  # the probe runs vLLM with enable_prefix_caching=False
             try:
                 ours = capacity(inventory, hardware, request)
                 terms = {t.name: t.bytes / 2**30 for t in ours.memory_terms}
