@@ -138,6 +138,9 @@ def main() -> int:
     parser.add_argument("--quantization", default=None, help="e.g. fp8 (online W8A8 from BF16 weights)")
     parser.add_argument("--kv-cache-dtype", default="auto")
     parser.add_argument("--hf-overrides", default=None, help="JSON, e.g. '{\"num_hidden_layers\": 4}'")
+    parser.add_argument("--additional-config", default=None,
+                        help="JSON for vLLM's additional_config, e.g. '{\"gdn_prefill_backend\": \"triton\"}' "
+                             "(GDN hybrids on Hopper without FlashInfer)")
     parser.add_argument("--profile-batches", default="", help="batches to profile one decode step of, e.g. 1,32")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -160,7 +163,8 @@ def main() -> int:
               kv_cache_dtype=args.kv_cache_dtype, seed=0,
               # the same prompts run again: a prefix-cache hit would shorten one run's prefill only
               enable_prefix_caching=False,
-              hf_overrides=json.loads(args.hf_overrides) if args.hf_overrides else None)
+              hf_overrides=json.loads(args.hf_overrides) if args.hf_overrides else None,
+              **({"additional_config": json.loads(args.additional_config)} if args.additional_config else {}))
     start_s = time.perf_counter() - started
     vocab = llm.llm_engine.model_config.get_vocab_size()
 
@@ -198,6 +202,7 @@ def main() -> int:
         "engine": {"max_num_batched_tokens": llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens,
                    "max_num_seqs": llm.llm_engine.vllm_config.scheduler_config.max_num_seqs},
         "hf_overrides": json.loads(args.hf_overrides) if args.hf_overrides else None,
+        "additional_config": json.loads(args.additional_config) if args.additional_config else None,
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
     }
     with open(args.out, "w") as fh:
