@@ -180,10 +180,11 @@ def test_every_tok_s_carries_its_band():
 def test_capacity_gives_vllms_kv_tokens_on_the_h200():
     """capacity's KV cache tokens against vLLM 0.26.0's own start-up line on the H200, same settings
     (max_model_len, max_num_seqs, max_num_batched_tokens, --enforce-eager for the eager engines): within
-    1% on dense, MoE and sliding-window models, graphs and eager alike, and within 1.5% on the Mamba hybrid
-    (Nemotron-3-Nano: CUDA's raised attention block and padded state page; the probe runs vLLM without
-    prefix caching, one state block per request). Not checked: DeepSeek-V3's MLA cut to 4 layers (its
-    activation peak, 5.6 GiB, is beyond the estimate)."""
+    1% on dense, MoE and sliding-window models, graphs and eager alike, and within 2% on the Mamba and GDN
+    hybrids (Nemotron-3-Nano, Qwen3-Next cut to 12 layers: CUDA's raised attention block, the padded state
+    page, the state in the dtype vLLM picks on CUDA; the probe runs vLLM without prefix caching, one state
+    block per request; the rest of the error is their activation peak). Not checked: DeepSeek-V3's MLA cut
+    to 4 layers (its activation peak, 5.6 GiB, is beyond the estimate)."""
     import compare  # benchmarks/gpu_vllm/compare.py
 
     _, kv_rows = compare.compared()
@@ -192,7 +193,7 @@ def test_capacity_gives_vllms_kv_tokens_on_the_h200():
         if name.startswith("dsv3"):
             continue
         assert ours is not None, (name, terms)
-        assert ours == pytest.approx(theirs, rel=0.015 if name.startswith("nemotronh") else 0.01), name
+        assert ours == pytest.approx(theirs, rel=0.02 if name.startswith(("nemotronh", "qwen3next")) else 0.01), name
         checked += 1
     assert checked >= 20
     eager = {name: ours for name, _, ours, _, _ in kv_rows if name.startswith("llama8b-eager")}

@@ -205,3 +205,42 @@ def test_pipeline_stage_blocks_equal_vllms():
         ours = kv_capacity(shape, kv_dtype_bytes=2, model_dtype_bytes=2, state_dtype_bytes=4,
                            memory_bytes=min(memory), max_model_len=32768, layout=KVLayout(16, 16), stages=stages)
         assert theirs[f"{folder}:{pp}"] == [ours.num_blocks], (folder, pp)
+
+
+# The recurrent state's dtype on a GPU: vLLM's architecture config hooks (MODELS_CONFIG_MAP) set
+# mamba_ssm_cache_dtype from the config (NemotronH: mamba_ssm_cache_dtype or float32; Qwen3.5 / 3.6:
+# mamba_ssm_dtype), then MambaStateDtypeCalculator gives "auto" the conv state's dtype, the model's.
+STATE_SIDE = r"""
+import json, logging, sys, types
+logging.disable(logging.WARNING)
+from transformers import AutoConfig
+from vllm.config import CacheConfig
+from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator
+from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+out = {}
+for folder in sys.argv[1:]:
+    hf = AutoConfig.from_pretrained(folder)
+    text = hf.get_text_config()
+    cache = CacheConfig()
+    hook = MODELS_CONFIG_MAP.get(hf.architectures[0])
+    if hook is not None:  # the hooks read only the cache config and the HF configs
+        hook.verify_and_update_config(types.SimpleNamespace(
+            cache_config=cache, model_config=types.SimpleNamespace(hf_config=hf, hf_text_config=text)))
+    model_dtype = getattr(text, "dtype", None) or getattr(text, "torch_dtype", None) or "bfloat16"
+    _, temporal = MambaStateDtypeCalculator.gated_delta_net_state_dtype(
+        model_dtype, cache.mamba_cache_dtype, cache.mamba_ssm_cache_dtype)
+    out[folder] = str(temporal).replace("torch.", "")
+print(json.dumps(out))
+"""
+
+
+def test_recurrent_state_dtype_is_vllms():
+    folders = [str(path) for path in sorted(REFERENCE.iterdir())
+               if path.is_dir() and load_inventory(str(path)).shape.recurrent]
+    assert len(folders) >= 5  # GDN (Qwen3-Next, Qwen3.5 / 3.6) and Mamba (Nemotron-H) hybrids
+    proc = subprocess.run([sys.executable, "-c", STATE_SIDE, *folders], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    ours = {folder: load_inventory(folder).shape.state_dtype for folder in folders}
+    assert ours == theirs
+    assert "bfloat16" in ours.values() and "float32" in ours.values()

@@ -313,7 +313,8 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     traffic_kv = compute_traffic(inventory, Scenario(kv_cache_dtype=kv_name))
     kv = kv_capacity(shape, kv_dtype_bytes=KV_DTYPE_BYTES[traffic_kv.kv_dtype],
                      model_dtype_bytes=int(dtype_bytes(shape.dtype)),
-                     state_dtype_bytes=int(dtype_bytes(shape.state_dtype)), memory_bytes=int(budget),
+                     state_dtype_bytes=int(dtype_bytes(_platform(hardware).get("state_dtype", shape.state_dtype))),
+                     memory_bytes=int(budget),
                      max_model_len=request.max_model_len,
                      layout=platform_layout(hardware, mla=bool(config_int(text_config(inventory.config), "kv_lora_rank"))),
                      block_size=request.block_size, prefix_caching=request.prefix_caching, tp=topology.tp,

@@ -52,8 +52,8 @@ class ModelShape:
     mtp_layers: int = 0
     attention: list[AttentionLayer] = field(default_factory=list)
     recurrent: list[RecurrentLayer] = field(default_factory=list)
-    # dtype of the recurrent state as vLLM keeps it (config "mamba_ssm_dtype" /
-    # "mamba_ssm_cache_dtype"; vLLM keeps GDN state in fp32 by default)
+    # dtype of the recurrent state as vLLM keeps it on a GPU (recurrent_state_dtype: the model dtype unless
+    # the architecture's vLLM config hook sets another; a CPU platform may reset it, serving.toml)
     state_dtype: str = "float32"
     is_multimodal: bool = False
 
@@ -81,6 +81,22 @@ def config_int(cfg: dict, *keys: str, default: int = 0) -> int:
         if isinstance(value, int):
             return value
     return default
+
+
+def recurrent_state_dtype(architectures: list, cfg: dict, config: dict) -> str:
+    """The dtype vLLM keeps a GDN / Mamba layer's recurrent state in on a GPU (serving.toml
+    [[state_dtype]]): an architecture's config hook reads its config key or takes its default; "auto"
+    is the conv state's dtype, the model's."""
+    from roofline.data import load_table
+
+    wanted = "auto"
+    for rule in load_table("serving").get("state_dtype", []):
+        if set(map(str, architectures)) & set(rule["architectures"]):
+            wanted = str(cfg.get(rule["config_key"]) or rule["default"])
+            break
+    if wanted != "auto":
+        return wanted
+    return str(cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16")
 
 
 def _layer_types(cfg: dict, num_layers: int) -> list[str]:
@@ -135,7 +151,7 @@ def shape_from_config(config: dict) -> ModelShape:
         num_experts=config_int(cfg, "num_experts", "num_local_experts", "n_routed_experts"),
         experts_per_token=config_int(cfg, "num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_topk"),
         mtp_layers=config_int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers"),
-        state_dtype=str(cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype") or "float32"),
+        state_dtype=recurrent_state_dtype(architectures, cfg, config),
         is_multimodal=cfg is not config,
     )
     window = config_int(cfg, "sliding_window") or None
