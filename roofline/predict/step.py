@@ -13,7 +13,8 @@ lm_head, MTP head and the step's own kernels on the last), and every segment cos
                ranks that share it (roofline/predict/topology.py), + an emulated kernel's BF16 copy;
                the weights of a weight-only kernel that streams them slower than that (Marlin /
                Machete on Hopper: Backend.weight_gbps) at its own rate instead
-    compute  = 2 x active params x tokens / (tensor throughput of the format's compute x utilization)
+    compute  = 2 x active params x tokens / (tensor throughput of the format's compute x utilization,
+               a weight-only backend's own share for its GEMMs: Backend.gemm_utilization)
                + attention over the context
     graphs:  max(memory, compute) + kernels x graph floor                      + collectives
     eager:   max(max(memory, compute) + kernels x graph floor, kernels x host cost) + collectives
