@@ -51,15 +51,15 @@ def test_tables_carry_the_fitted_coefficients():
         assert entry["kind"] == "measured" and "fit.json" in entry["source"]
 
 
-def test_weight_only_backends_carry_their_fit():
+def test_weight_only_backends_carry_their_fit(fitted):
     """rules.toml's Marlin / Machete rates on compute capability 9.0 and kernels.toml's eager Python of a
     Marlin GEMM are fit.json's: measured where the backend ran, the same figures as estimates where the
     same kernel family runs another format; and fit.json's are what the results give."""
     from roofline.predict.backends import backends
 
-    rows = fit.load_rows()
+    rows, model = fitted
     stored = json.loads(fit.FIT_FILE.read_text())["weight_only_backends"]
-    refitted = fit.fit_weight_only(rows, fit.fit(rows))
+    refitted = fit.fit_weight_only(rows, model)
     assert {name: figures.pop("cases") for name, figures in refitted.items()} == \
         {name: figures["cases"] for name, figures in stored.items()}
     assert refitted == {name: pytest.approx({k: v for k, v in figures.items() if k != "cases"})

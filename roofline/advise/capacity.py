@@ -26,6 +26,8 @@ from roofline.predict.step import StepConfig, price_step
 from roofline.predict.topology import Topology, stage_layers, tensor_parallel_placement, tp_refusal
 from roofline.predict.traffic import KV_DTYPE_BYTES, ROUTINGS, Scenario, compute_traffic, dtype_bytes
 
+from .scale_out import scale_out
+
 SCHEMA = "roofline.capacity/1"
 GIB = 2**30
 
@@ -288,7 +290,8 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     if request.prompt_len + request.output_len > request.max_model_len:
         raise RooflineError(f"a request of --prompt-len {request.prompt_len} + --output-len {request.output_len} tokens "
                             f"does not fit --max-model-len {request.max_model_len} (vLLM refuses such a request)")
-    parallel, split = _parallel(inventory, hardware, request)
+    context = min(request.prompt_len + request.output_len // 2, request.max_model_len)  # the curve's
+    parallel, split = _parallel(inventory, hardware, request, context)
     topology = parallel.get("topology", Topology())
     weights = inventory.weight_bytes
     stage_weights = [weights]
@@ -325,7 +328,6 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
         raise RooflineError(f"vLLM refuses to start: {budget / GIB:,.3g} GiB of KV cache hold {kv.num_blocks} blocks, "
                             f"fewer than the {kv.blocks_for(request.max_model_len)} one request of --max-model-len "
                             f"{request.max_model_len} needs; give the KV cache more memory or lower --max-model-len")
-    context = min(request.prompt_len + request.output_len // 2, request.max_model_len)
     per_request_blocks = kv.blocks_for(request.prompt_len + request.output_len)
     max_seqs = request.max_num_seqs or _table()["memory"]["max_num_seqs"]
     fit = min(kv.num_blocks // per_request_blocks, max_seqs) * topology.dp  # each replica its own cache and cap
@@ -373,19 +375,17 @@ def _stage_budgets(num_layers: int, pp: int, stage_weights: list[float], budget:
             for layers, stage in zip(stage_layers(num_layers, pp), stage_weights)]
 
 
-def _parallel(inventory: Inventory, hardware: Hardware, request: Request) -> tuple[dict, dict | None]:
+def _parallel(inventory: Inventory, hardware: Hardware, request: Request,
+              context: int) -> tuple[dict, dict | None]:
     """The StepConfig fields of the server's setup and, for --gpus / --boxes, the split: eager or CUDA
     graphs; for --tp N vLLM's own refusal of the split first, then the ranks placed on the hardware's
     links; for --gpus / --boxes the split plan --gpus / --boxes ranks first (advise/scale_out.py) at the
     curve's largest concurrency."""
     mode = {"graphs": False} if request.enforce_eager else {}  # the curve priced as the server runs
     if request.gpus is not None or request.boxes is not None:
-        from .scale_out import scale_out  # noqa: PLC0415 (the scale-out ranking imports this module's peers)
-
         concurrency = max(request.concurrency)
         plan = scale_out(inventory, hardware, boxes=request.boxes or 1, devices_per_box=request.gpus or 1,
-                         concurrency=concurrency, context=min(request.prompt_len + request.output_len // 2,
-                                                              request.max_model_len),
+                         concurrency=concurrency, context=context,
                          kv_cache_dtype=request.kv_cache_dtype, in_box_link_name=request.link,
                          network=request.network)
         best = plan.ranked[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from roofline.data import load_table
 from roofline.errors import RooflineError
 
 from .limits import check_config_sizes
@@ -83,20 +84,15 @@ def config_int(cfg: dict, *keys: str, default: int = 0) -> int:
     return default
 
 
-def recurrent_state_dtype(architectures: list, cfg: dict, config: dict) -> str:
+def recurrent_state_dtype(architectures: list, cfg: dict, model_dtype: str) -> str:
     """The dtype vLLM keeps a GDN / Mamba layer's recurrent state in on a GPU (serving.toml
     [[state_dtype]]): an architecture's config hook reads its config key or takes its default; "auto"
     is the conv state's dtype, the model's."""
-    from roofline.data import load_table
-
-    wanted = "auto"
     for rule in load_table("serving").get("state_dtype", []):
         if set(map(str, architectures)) & set(rule["architectures"]):
             wanted = str(cfg.get(rule["config_key"]) or rule["default"])
-            break
-    if wanted != "auto":
-        return wanted
-    return str(cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16")
+            return model_dtype if wanted == "auto" else wanted
+    return model_dtype
 
 
 def _layer_types(cfg: dict, num_layers: int) -> list[str]:
@@ -140,18 +136,19 @@ def shape_from_config(config: dict) -> ModelShape:
     kv_heads = config_int(cfg, "num_key_value_heads", default=heads)
     head_dim = config_int(cfg, "head_dim", default=hidden // max(heads, 1))
     architectures = config.get("architectures") or cfg.get("architectures") or ["unknown"]
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16")
     shape = ModelShape(
         architecture=str(architectures[0]),
         model_type=str(config.get("model_type") or cfg.get("model_type") or "unknown"),
         num_layers=num_layers,
         hidden_size=hidden,
         vocab_size=config_int(cfg, "vocab_size"),
-        dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16"),
+        dtype=dtype,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
         num_experts=config_int(cfg, "num_experts", "num_local_experts", "n_routed_experts"),
         experts_per_token=config_int(cfg, "num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_topk"),
         mtp_layers=config_int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers"),
-        state_dtype=recurrent_state_dtype(architectures, cfg, config),
+        state_dtype=recurrent_state_dtype(architectures, cfg, dtype),
         is_multimodal=cfg is not config,
     )
     window = config_int(cfg, "sliding_window") or None

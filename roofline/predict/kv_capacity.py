@@ -156,7 +156,7 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
         if kind_pages.setdefault(kind_of(layer), page) != page:
             raise RooflineError(f"{kind_of(layer)} layers of different page sizes: vLLM would give them KV cache "
                                 f"groups of their own, which roofline does not model")
-    windows = {f"sliding {layer.window}": layer.window for layer in shape.attention if layer.window}
+    windows = {kind_of(layer): layer.window for layer in shape.attention if layer.window}
     per_token_page = max(kind_pages.values(), default=0)
     block = block_size or layout.default_block_size
     state_page = _state_page(shape, model_dtype_bytes, state_dtype_bytes, tp)
@@ -184,10 +184,11 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
             notes.append(f"vLLM pads the {kind} layers' {block * kind_pages[kind]:,}-byte page to "
                          f"{attention_page:,} bytes (it does not divide it)")
     # buckets in layer order, as vLLM's same_type_layers: full attention, each window, recurrent state
-    buckets: dict[str, int] = {}
+    layers_by_kind: dict[str, list[int]] = {}
     for layer in sorted(shape.attention, key=lambda a: a.layer):
-        buckets[kind_of(layer)] = buckets.get(kind_of(layer), 0) + 1
-    buckets["state"] = len(shape.recurrent)
+        layers_by_kind.setdefault(kind_of(layer), []).append(layer.layer)
+    layers_by_kind["state"] = sorted(r.layer for r in shape.recurrent)
+    buckets = {kind: len(layers) for kind, layers in layers_by_kind.items()}
     groups, group_size = _groups(buckets)
     if not groups:
         raise RooflineError("the model has no KV cache or recurrent state (attention-free and stateless)")
@@ -195,10 +196,6 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
     bytes_per_block = max(page[kind] * n for kind, n in groups)
     num_blocks = memory_bytes // bytes_per_block
     if stages and len(stages) > 1:
-        layers_by_kind: dict[str, list[int]] = {kind: [] for kind in buckets}
-        for layer in sorted(shape.attention, key=lambda a: a.layer):
-            layers_by_kind[kind_of(layer)].append(layer.layer)
-        layers_by_kind["state"] = sorted(r.layer for r in shape.recurrent)
         per_stage = [(_stage_bytes_per_block(layers_by_kind, groups, page, layers), memory)
                      for layers, memory in stages]
         if any(memory <= 0 for _, memory in per_stage):
