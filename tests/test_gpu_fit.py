@@ -64,20 +64,20 @@ def test_weight_only_backends_carry_their_fit(fitted):
         {name: figures["cases"] for name, figures in stored.items()}
     assert refitted == {name: pytest.approx({k: v for k, v in figures.items() if k != "cases"})
                         for name, figures in stored.items()}
-    assert {"INT4 W4A16 Marlin", "NVFP4 on Marlin (no FP4 tensor cores)"} <= set(stored)
+    assert {"INT4 W4A16 Marlin", "NVFP4 W4A4 on Marlin (W4A16 execution)"} <= set(stored)
     h200 = get_hardware("h200")
     by_name = {b.name: b for b in backends()}
     for name, figures in stored.items():
         backend = by_name[name]
-        assert backend.weight_only and backend.weight_gbps_kind == "measured" and "fit.json" in backend.weight_gbps_source
+        assert backend.weight_only and backend.rate(h200).kind == "measured" and "fit.json" in backend.rate(h200).source
         assert (backend.weight_gbps(h200), backend.gemm_utilization(h200)) == \
             pytest.approx((figures["weight_gbps"], figures["gemm_utilization"]))
     for backend in by_name.values():  # an estimate repeats a measured backend's figures
-        if backend.weight_gbps_kind == "estimate":
+        if backend.rate(h200) and backend.rate(h200).kind == "estimate":
             assert (backend.weight_gbps(h200), backend.gemm_utilization(h200)) in \
                 {(f["weight_gbps"], f["gemm_utilization"]) for f in stored.values()}
     marlin = next(g for g in load_table("kernels")["gemm"] if (g["format"], g["backend"]) == ("nvfp4-w4a4", "marlin"))
-    assert marlin["eager_host_equiv"] == pytest.approx(stored["NVFP4 on Marlin (no FP4 tensor cores)"]["gemm_host_equiv"])
+    assert marlin["eager_host_equiv"] == pytest.approx(stored["NVFP4 W4A4 on Marlin (W4A16 execution)"]["gemm_host_equiv"])
     assert marlin["eager_host_equiv_kind"] == "measured"
 
 

@@ -178,12 +178,12 @@ def _backend(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
     candidates = [b for b in backends_for(fmt, ctx.hardware) if not b.requires]
     if not candidates:
         return []
-    best = max(candidates, key=lambda b: b.relative_efficiency)
+    best = max(candidates, key=lambda b: b.relative(ctx.hardware))
     best_name = best.linear_backend or best.moe_backend
     if best_name is None or best_name == serving.backend:
         return []
     if serving.backend != "emulation" and \
-            backend_named(fmt, serving.backend, ctx.hardware).relative_efficiency >= best.relative_efficiency:
+            backend_named(fmt, serving.backend, ctx.hardware).relative(ctx.hardware) >= best.relative(ctx.hardware):
         return []
     moe = inventory.shape.num_experts and best.moe_backend
     flags = " ".join(filter(None, [f"--linear-backend {best.linear_backend}" if best.linear_backend else "",

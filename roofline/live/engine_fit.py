@@ -10,7 +10,7 @@ for the least squared log error. Pure arithmetic besides pricing the rows.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -69,15 +69,17 @@ class Row:
         return max(self.graphs_s(efficiency, floor_us, utilization), launches * host_us * 1e-6)
 
 
-def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, routing: str = "uniform") -> list[Row]:
-    """The decode rows of one probe result, with the step model's terms for each."""
+def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, routing: str = "uniform",
+             base: StepConfig = StepConfig()) -> list[Row]:
+    """The decode rows of one probe result, with the step model's terms for each; `base` holds what
+    the run set besides batch and context (KV dtype, backend)."""
     architecture = inventory.shape.model_type or "?"
     recurrent = [r.kind for r in inventory.shape.recurrent]
     moe_layers = len({m.layer for m in inventory.modules if m.role == "moe_experts" and m.layer is not None})
     rows = []
     for decode in result["decode"]:
-        step = price_step(inventory, hardware, StepConfig(batch=decode["batch"], context=decode["context"],
-                                                          routing=routing))
+        step = price_step(inventory, hardware, replace(base, batch=decode["batch"], context=decode["context"],
+                                                       routing=routing))
         segments = step.main.segments
         python_layers = {"moe_experts", "mamba_core"}  # fitted as moe_layers / mamba_layers
         rows.append(Row(
@@ -145,15 +147,16 @@ WEIGHT_GBPS = np.arange(200, 6001, 10).astype(float)
 GEMM_EQUIVS = np.arange(0, 41) / 4
 
 
-def fit_weight_backend(rows: list[Row], efficiency: float, floor_us: float,
-                       utilization: float) -> tuple[float, float]:
+def fit_weight_backend(rows: list[Row], efficiency: float, floor_us: float, utilization: float,
+                       rates: np.ndarray = WEIGHT_GBPS,
+                       shares: np.ndarray = UTILIZATIONS) -> tuple[float, float]:
     """(GB/s its weights stream at, share of the tensor rate its GEMMs reach) of a weight-only backend,
     from its graph steps, the device's coefficients fixed."""
     loss = np.array([[sum(np.log(r.graphs_s(efficiency, floor_us, utilization, rate, share) * 1e3
-                                 / r.measured_ms) ** 2 for r in rows) for share in UTILIZATIONS]
-                     for rate in WEIGHT_GBPS])
+                                 / r.measured_ms) ** 2 for r in rows) for share in shares]
+                     for rate in rates])
     i, j = np.unravel_index(np.argmin(loss), loss.shape)
-    return float(WEIGHT_GBPS[i]), float(UTILIZATIONS[j])
+    return float(rates[i]), float(shares[j])
 
 
 def fit_gemm_python(rows: list[Row], fit: Fit) -> float:

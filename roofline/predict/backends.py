@@ -18,6 +18,23 @@ from .hardware import Hardware
 
 
 @dataclass(frozen=True)
+class Rate:
+    """A backend's figures on one compute capability, with the data they rest on."""
+
+    cc: str  # compute capability, as hardware.toml spells it ("9.0", "12.1")
+    kind: str  # measured | calibrated | estimate
+    source: str
+    # GB/s its weight-only kernels stream the format's weights at, where below the device's achievable
+    # bandwidth (dequantizing in the kernel shares the SMs: Marlin / Machete)
+    weight_gbps: float | None = None
+    # share of the datasheet tensor rate its GEMMs reach where they turn compute-bound
+    gemm_utilization: float | None = None
+    # share of the device's achievable bandwidth the path reaches, relative to the device's efficiency
+    relative_efficiency: float | None = None
+    points: tuple[str, ...] = ()  # the measurements it was fitted to
+
+
+@dataclass(frozen=True)
 class Backend:
     format: str
     name: str  # a label for people: "NVFP4 W4A16 Marlin"
@@ -34,24 +51,30 @@ class Backend:
     dequantized_bytes_per_weight: float = 0.0
     # the kernels dequantize the weights to BF16 in the GEMM and multiply BF16 activations (Marlin, Machete)
     weight_only: bool = False
-    # the rate (GB/s) the format's weight-only kernels stream their weights at, per compute capability,
-    # where that is below the device's achievable bandwidth (dequantizing in the kernel: Marlin / Machete
-    # on Hopper); ((cc, GB/s), ...), with kind and source
-    weight_gbps_by_cc: tuple[tuple[str, float], ...] = ()
-    # the share of the datasheet tensor rate its GEMMs reach where they turn compute-bound, per compute
-    # capability (the dequantization shares the SMs with the MMA), where it differs from the device's
-    gemm_utilization_by_cc: tuple[tuple[str, float], ...] = ()
-    weight_gbps_kind: str = ""  # of both figures
-    weight_gbps_source: str = ""
+    # what was measured or fitted of this backend on one compute capability (rules.toml [[backend.rate]])
+    rates: tuple[Rate, ...] = ()
+
+    def rate(self, hardware: Hardware) -> Rate | None:
+        """The backend's own figures on `hardware`'s compute capability; None: none known there."""
+        return next((r for r in self.rates if r.cc == (hardware.compute_capability or "")), None)
 
     def weight_gbps(self, hardware: Hardware) -> float | None:
         """The rate this backend streams its format's weights at on `hardware`, None where no figure
         is known (the device's achievable bandwidth applies)."""
-        return dict(self.weight_gbps_by_cc).get(hardware.compute_capability or "")
+        rate = self.rate(hardware)
+        return rate.weight_gbps if rate else None
 
     def gemm_utilization(self, hardware: Hardware) -> float | None:
         """The share of the tensor rate this backend's GEMMs reach on `hardware`; None: the device's."""
-        return dict(self.gemm_utilization_by_cc).get(hardware.compute_capability or "")
+        rate = self.rate(hardware)
+        return rate.gemm_utilization if rate else None
+
+    def relative(self, hardware: Hardware) -> float:
+        """The share of the hardware's achievable bandwidth this path reaches, relative to its efficiency:
+        the rate's where one was fitted on this compute capability, else the entry's (1.0: unmeasured)."""
+        rate = self.rate(hardware)
+        return rate.relative_efficiency if rate and rate.relative_efficiency is not None else \
+            self.relative_efficiency
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,9 +94,8 @@ def _checked(name: str | None, where: str) -> str | None:
 def backends() -> tuple[Backend, ...]:
     out = []
     for entry in load_table("rules").get("backend", []):
-        entry = dict(entry, **{key: tuple(sorted(entry.get(key, {}).items()))
-                               for key in ("weight_gbps_by_cc", "gemm_utilization_by_cc")})
-        backend = Backend(**entry)
+        rates = tuple(Rate(**dict(r, points=tuple(r.get("points", ())))) for r in entry.get("rate", []))
+        backend = Backend(**{k: v for k, v in entry.items() if k != "rate"}, rates=rates)
         _checked(backend.linear_backend, "rules.toml [[backend]]")
         _checked(backend.moe_backend, "rules.toml [[backend]]")
         out.append(backend)

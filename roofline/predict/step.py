@@ -252,7 +252,7 @@ class StepTime:
     @property
     def datasheet_gbps(self) -> float:
         """The bandwidth memory_at_datasheet_s prices at: the datasheet's x the backend's relative efficiency."""
-        return self.hardware.bandwidth_gbps * self.backend.relative_efficiency
+        return self.hardware.bandwidth_gbps * self.backend.relative(self.hardware)
 
     # ---------------------------------------------------------------- tok/s
     def aggregate_tok_s(self, graphs: bool | None = None) -> float:
@@ -289,7 +289,7 @@ class StepTime:
     @property
     def achievable_bandwidth_gbps(self) -> float:
         """The bandwidth bytes are priced at: datasheet x efficiency x the backend's relative efficiency."""
-        return self.hardware.bandwidth_gbps * self.hardware.efficiency * self.backend.relative_efficiency
+        return self.hardware.bandwidth_gbps * self.hardware.efficiency * self.backend.relative(self.hardware)
 
     # ---------------------------------------------------------------- the headline replica
     @property
@@ -463,7 +463,7 @@ def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = St
     backend = config.backend or default_backend(inventory.main_format(), hardware)
     profile = config.kernels or estimate_kernels(inventory, backend.linear_backend, backend.moe_backend)
     costs = launch_costs(hardware, config.host_us_per_kernel)
-    bandwidth = hardware.bandwidth_gbps * 1e9 * hardware.efficiency * backend.relative_efficiency  # achievable
+    bandwidth = hardware.bandwidth_gbps * 1e9 * hardware.efficiency * backend.relative(hardware)  # achievable
     if bandwidth <= 0:
         raise RooflineError(f"hardware {hardware.key}: bandwidth must be positive")
     batches = _replica_batches(config.batch, topology.dp)
@@ -630,14 +630,22 @@ def _tensor_coefficient(hardware: Hardware, compute: str) -> Coefficient:
                        hardware.tensor_source or "roofline/data/hardware.toml")
 
 
+def _relative_coefficient(hardware: Hardware, backend: Backend) -> Coefficient:
+    rate = backend.rate(hardware)
+    if rate and rate.relative_efficiency is not None:
+        return Coefficient("backend_relative_efficiency", rate.relative_efficiency, "x efficiency", rate.kind,
+                           f"{backend.name}: {rate.source}")
+    return Coefficient("backend_relative_efficiency", backend.relative_efficiency, "x efficiency", "table",
+                       f"{backend.name}: {backend.source}")
+
+
 def _coefficients(hardware: Hardware, backend: Backend, costs: LaunchCosts, profile: KernelProfile,
                   placement: Placement) -> list[Coefficient]:
     out = [
         Coefficient("bandwidth", hardware.bandwidth_gbps, "GB/s", hardware.bandwidth_kind, hardware.bandwidth_source),
         Coefficient("efficiency", hardware.efficiency, "share of bandwidth", hardware.efficiency_kind,
                     hardware.efficiency_source),
-        Coefficient("backend_relative_efficiency", backend.relative_efficiency, "x efficiency",
-                    "calibrated" if backend.relative_efficiency != 1.0 else "table", f"{backend.name}: {backend.source}"),
+        _relative_coefficient(hardware, backend),
         _tensor_coefficient(hardware, backend.compute),
         Coefficient("compute_utilization", *compute_utilization(hardware)),
         Coefficient("kernels_per_step", profile.kernels_per_token, "kernels", profile.origin,
@@ -647,13 +655,13 @@ def _coefficients(hardware: Hardware, backend: Backend, costs: LaunchCosts, prof
         Coefficient("graph_floor", costs.graph_floor_us_per_kernel, "us per kernel", costs.floor_kind, costs.floor_source),
         Coefficient("host_launch", costs.host_us_per_kernel, "us per kernel", costs.host_kind, costs.host_source),
     ]
-    if backend.weight_gbps(hardware) is not None:
-        out.append(Coefficient("weight_only_rate", backend.weight_gbps(hardware), "GB/s (the format's weights)",
-                               backend.weight_gbps_kind, f"{backend.name}: {backend.weight_gbps_source}"))
-    if backend.gemm_utilization(hardware) is not None:
-        out.append(Coefficient("backend_gemm_utilization", backend.gemm_utilization(hardware),
-                               "share of tensor peak (the format's GEMMs)", backend.weight_gbps_kind,
-                               f"{backend.name}: {backend.weight_gbps_source}"))
+    rate = backend.rate(hardware)
+    if rate and rate.weight_gbps is not None:
+        out.append(Coefficient("weight_only_rate", rate.weight_gbps, "GB/s (the format's weights)", rate.kind,
+                               f"{backend.name}: {rate.source}"))
+    if rate and rate.gemm_utilization is not None:
+        out.append(Coefficient("backend_gemm_utilization", rate.gemm_utilization,
+                               "share of tensor peak (the format's GEMMs)", rate.kind, f"{backend.name}: {rate.source}"))
     for group, link in (("tp", placement.tp_link), ("pp", placement.pp_link), ("ep", placement.ep_link)):
         if link is not None:
             out.append(Coefficient(f"{group}_link_latency", link.latency_us, f"us per collective ({link.key})",
