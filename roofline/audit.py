@@ -103,7 +103,8 @@ class AuditResult:
 
     def band(self, graphs: bool | None = None) -> Band | None:
         """The validated error band of the expected tok/s (None: no validation for this class)."""
-        return band_for(self.inventory, self.hardware, self.step.config.graphs if graphs is None else graphs)
+        return band_for(self.inventory, self.hardware, self.step.config.graphs if graphs is None else graphs,
+                        self.step.config.batch)
 
     def to_json(self) -> dict:
         inv, shape, hw, t = self.inventory, self.inventory.shape, self.hardware, self.traffic

@@ -69,7 +69,7 @@ HARDWARE = "gb10"
 SEED_CONTEXT = 1024  # the seeds' context is not recorded
 METRICS = {"decode_tok_s_single_stream", "aggregate_decode_tok_s"}
 # weight-only backends that run one kernel family, fitted together (rules.toml names)
-KERNEL_FAMILY = {"NVFP4 W4A16 Marlin": "FP4 Marlin", "NVFP4 W4A4 on Marlin (W4A16 execution)": "FP4 Marlin",
+KERNEL_FAMILY = {"NVFP4 W4A16 Marlin": "FP4 Marlin", "NVFP4 W4A4 on Marlin": "FP4 Marlin",
                  "MXFP4 Marlin (W4A16)": "MXFP4 Marlin"}
 # a kernel family with no run of its own in a fit borrows another's figures (rules.toml says "estimate")
 BORROWS = {"MXFP4 Marlin": "FP4 Marlin"}
@@ -178,7 +178,7 @@ def price_runs(runs: list[Run]) -> None:
     from roofline.predict.hardware import get_hardware
     from roofline.predict.step import StepConfig
 
-    hardware = get_hardware(HARDWARE)
+    hardware = replace(get_hardware(HARDWARE), family_efficiency={})  # neutral, as the backends
     inventories: dict[str, object] = {}
     for run in runs:
         key = f"{run.config}|{run.simulate}"
@@ -206,26 +206,29 @@ class GB10Fit:
     utilization: float
     host_us: float  # Grace, per eager kernel
     relative: dict[str, float]  # backend name -> relative efficiency
+    family: dict[str, float]  # model family -> relative efficiency (a family the bench never ran)
     weight_only: dict[str, tuple[float | None, float]]  # kernel family -> (weight GB/s or None, GEMM utilization)
     points: dict[str, list[str]]  # coefficient -> the runs it rests on
 
-    def graphs_s(self, row: Row, backend) -> float:
+    def graphs_s(self, row: Row, backend, model_family: str = "") -> float:
         name = backend.name
+        efficiency = self.efficiency * self.family.get(model_family, 1.0)
         if backend.weight_only:
             family = KERNEL_FAMILY.get(name, name)
             rate = self.weight_only.get(family) or self.weight_only.get(BORROWS.get(family, ""))
             gbps, share = rate if rate else (None, None)
-            return row.graphs_s(self.efficiency, self.floor_us, self.utilization, gbps, share)
-        return row.graphs_s(self.efficiency * self.relative.get(name, 1.0), self.floor_us, self.utilization)
+            return row.graphs_s(efficiency, self.floor_us, self.utilization, gbps, share)
+        return row.graphs_s(efficiency * self.relative.get(name, 1.0), self.floor_us, self.utilization)
 
-    def eager_s(self, row: Row, backend, host_us: float | None = None) -> float:
+    def eager_s(self, row: Row, backend, host_us: float | None = None, model_family: str = "") -> float:
         python = load_table("kernels")["python"]
         launches = row.eager_kernels + row.host_equiv + row.moe_layers * python["moe"]["eager_host_equiv"] \
             + row.mamba_layers * python["mamba"]["eager_host_equiv"]
-        return max(self.graphs_s(row, backend), launches * (host_us or self.host_us) * 1e-6)
+        return max(self.graphs_s(row, backend, model_family), launches * (host_us or self.host_us) * 1e-6)
 
     def predict_ms(self, run: Run) -> float:
-        return 1e3 * (self.graphs_s(run.row, run.backend) if run.graphs else self.eager_s(run.row, run.backend))
+        return 1e3 * (self.graphs_s(run.row, run.backend, run.family) if run.graphs
+                      else self.eager_s(run.row, run.backend, model_family=run.family))
 
 
 def _label(run: Run) -> str:
@@ -254,7 +257,7 @@ def fit(runs: list[Run], utilization: float) -> GB10Fit:
         # a rate at or above what the device reaches does not bind: the weights stream at the device's share
         weight_only[family] = (gbps if gbps < achievable else None, share)
         points[family] = [_label(r) for r in mine]
-    model = GB10Fit(efficiency, floor_us, utilization, 0.0, {}, weight_only, points)
+    model = GB10Fit(efficiency, floor_us, utilization, 0.0, {}, {}, weight_only, points)
     # a full-rate quantized backend the bench never ran: its seed's speed against a seed of the same model on
     # a kernel family fitted above (same base model, same box: the stack's and the context's share cancels)
     def share_of(mine: list[Run], gbps: float | None = None, gemm: float | None = None) -> float:
@@ -265,6 +268,13 @@ def fit(runs: list[Run], utilization: float) -> GB10Fit:
 
     anchors = {r.base: (share_of([r], *weight_only[KERNEL_FAMILY[r.backend.name]]), _label(r)) for r in graphs
                if r.seed and r.backend.weight_only and KERNEL_FAMILY.get(r.backend.name) in weight_only}
+    # a family the bench never ran reads at its Marlin seed's share: the seeds are all dense
+    bench_families = {r.family for r in bench}
+    for family in sorted({r.family for r in graphs if r.seed} - bench_families):
+        mine = [anchors[r.base] for r in graphs if r.seed and r.family == family and r.base in anchors]
+        if mine:
+            model.family[family] = round(statistics.mean(share for share, _ in mine), 3)
+            points[f"family {family}"] = [label for _, label in mine]
     for name in sorted({r.backend.name for r in graphs if not r.backend.weight_only and r.backend.compute != "bf16"}):
         mine = [r for r in bench if r.backend.name == name] or [r for r in graphs if r.backend.name == name]
         anchor = anchors.get(mine[0].base) if all(r.seed for r in mine) else None
@@ -290,7 +300,7 @@ def host_report_row():
         from roofline.predict.hardware import get_hardware
         from roofline.predict.step import StepConfig
 
-        hardware = get_hardware(HARDWARE)
+        hardware = replace(get_hardware(HARDWARE), family_efficiency={})
         inventory = load_inventory(str(REPO / HOST_REPORT["config"]))
         backend = default_backend(inventory.main_format(), hardware)
         result = {"config": HOST_REPORT["config"], "quantization": None, "mode": "graphs", "vllm_version": "0.26.0",
@@ -351,6 +361,7 @@ def run_fit(path: Path = RESULTS) -> dict:
             "compute_utilization": {"value": model.utilization, "kind": "estimate",
                                     "source": "the H200's (no GB10 run turns compute-bound)"},
             "relative_efficiency": model.relative,
+            "family_efficiency": model.family,
             "weight_only": {family: {"weight_gbps": gbps, "gemm_utilization": share, "backends": sorted(
                 name for name, f in KERNEL_FAMILY.items() if f == family)}
                             for family, (gbps, share) in model.weight_only.items()},
@@ -386,6 +397,8 @@ def main() -> int:
           " (estimate: the H200's)")
     print(f"  Grace host {c['host_us_per_kernel']:.1f} us per eager kernel (calibrated to one report: "
           f"{HOST_REPORT['eager_over_graphs']:.2f}x of graph tok/s eager)")
+    for family, value in c["family_efficiency"].items():
+        print(f"  {family} models: {value:.3f} x the device's share (the bench ran none: from the Marlin seed)")
     for name, value in c["relative_efficiency"].items():
         print(f"  {name}: {value:.3f} x the device's share")
     for family, figures in c["weight_only"].items():

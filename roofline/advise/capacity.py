@@ -360,7 +360,8 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                     curve=curve, knee_concurrency=knee, ttft_ms=ttft * 1e3, context=context, fit_concurrency=fit,
                     recommended_kv_cache_memory_bytes=recommended, notes=notes,
                     kv_cache_dtype_resolved=traffic_kv.kv_dtype, slo=slo,
-                    band=band_json(band_for(inventory, hardware, graphs=not request.enforce_eager)),
+                    band=band_json(band_for(inventory, hardware, graphs=not request.enforce_eager,
+                                            batch=max(request.concurrency))),
                     split=split, replicas=topology.dp)
 
 

@@ -175,7 +175,11 @@ def _backend(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
     fmt = inventory.main_quantized_format()
     if fmt is None or serving.backend is None:
         return []
-    candidates = [b for b in backends_for(fmt, ctx.hardware) if not b.requires]
+    here = backends_for(fmt, ctx.hardware)
+    # a weight-only fallback (W4A4 on Marlin) trades the format's own tensor cores for single-stream speed:
+    # a choice of workload, not a cause, where the format runs natively here
+    native = [b for b in here if not b.weight_only]
+    candidates = [b for b in (native or here) if not b.requires]
     if not candidates:
         return []
     best = max(candidates, key=lambda b: b.relative(ctx.hardware))

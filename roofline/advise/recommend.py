@@ -258,15 +258,21 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
         (lambda r: (r.fits, r.single_stream_tok_s, r.aggregate_tok_s))
     results.sort(key=key, reverse=True)
     evidence = evidence or Evidence.gather(base_model_name(base.model_id), hardware.key)
-    results = break_ties(results, key, evidence)
+    tol, _ = tie_tolerance(base, hardware, workload)
+    results = break_ties(results, key, evidence, tol)
     for i, rec in enumerate(results, 1):
         rec.rank = i
     top = results[0] if results else None
     if top is not None and top.decided_by:
-        tol, _ = tolerance()
-        top.reasons.insert(0, f"a tie within ±{100 * tol:.0f}% (the model's uncertainty) with "
+        top.reasons.insert(0, f"a tie within ±{100 * tol:.0f}% (the model's validated error here) with "
                               f"{', '.join(top.tied_with)}; decided by: {top.decided_by}")
     return results, notes
+
+
+def tie_tolerance(base: Inventory, hardware: Hardware, workload: "Workload") -> tuple[float, str]:
+    """The tie tolerance of this plan: the validated band of its class (family, device, mode, format,
+    concurrency), ties.tolerance."""
+    return tolerance(band_for(base, hardware, graphs=True, batch=workload.concurrency))
 
 
 def _without_copies_of_given(results: list[Recommendation]) -> list[Recommendation]:
@@ -442,14 +448,15 @@ class Plan:
                 for s in self.simulated
             ],
             "recommendations": [r.to_json() for r in self.recommendations],
-            "band": band_json(band_for(inv, hw, graphs=True)),
+            "band": band_json(band_for(inv, hw, graphs=True, batch=w.concurrency)),
             "top_pick": self.top.to_json() if self.top else None,
             "pick_at_one": ({"format": self.pick_at_one.format, "recipe": self.pick_at_one.recipe,
                              "single_stream_tok_s": self.pick_at_one.single_stream_tok_s}
                             if self.pick_at_one else None),
             "pick_change": self.pick_change(),
             "base_of": self.base_of,
-            "tie_tolerance": tolerance()[0],
+            "tie_tolerance": tie_tolerance(inv, hw, w)[0],
+            "tie_tolerance_source": tie_tolerance(inv, hw, w)[1],
             "notes": list(self.notes),
         }
 

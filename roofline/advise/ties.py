@@ -60,9 +60,13 @@ def tie_marks(groups) -> dict[int, str]:
     return {group: f"={chr(ord('a') + n)}" for n, group in enumerate(ordered[:26])}
 
 
-def tolerance() -> tuple[float, str]:
+def tolerance(band=None) -> tuple[float, str]:
+    """(fraction, why): two predictions closer than the model's validated error for the class (its band,
+    roofline.predict.bands) are a tie; where no class was validated, the rules table's figure."""
+    if band is not None:
+        return band.error, f"the validated band of this class: {band.text()}"
     entry = load_table("rules")["ranking"]
-    return float(entry["tie_tolerance"]), entry["tie_source"]
+    return float(entry["tie_tolerance"]), f"no validated class; {entry['tie_source']}"
 
 
 def needs_calibration(fmt: str) -> bool:
@@ -94,11 +98,10 @@ def _why(winner, runner_up, evidence: Evidence) -> str:
     return "no evidence beyond the prediction: the higher predicted tok/s"
 
 
-def break_ties(ranked: list, key, evidence: Evidence) -> list:
+def break_ties(ranked: list, key, evidence: Evidence, tol: float) -> list:
     """`ranked` sorted best first by `key` (a tuple whose first item is `fits` and second the
-    deciding tok/s). Returns the list reordered inside each tie, with rec.tie_group,
-    rec.tied_with and rec.decided_by set on every member of a tie of two or more."""
-    tol, _ = tolerance()
+    deciding tok/s), `tol` the tie tolerance (tolerance()). Returns the list reordered inside each tie,
+    with rec.tie_group, rec.tied_with and rec.decided_by set on every member of a tie of two or more."""
     out, i = [], 0
     group_id = 0
     while i < len(ranked):

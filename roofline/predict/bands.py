@@ -1,8 +1,14 @@
 """How far a predicted tok/s is to be trusted: the error band of the nearest validated class
 (roofline/data/validation.toml, generated with docs/VALIDATION.md from the real-vLLM measurements by
-benchmarks/gpu_vllm/validation.py). A class is a GPU, a graph mode and a model family; the band is the
-mean |error| of the step model on that class with each architecture left out of the fit in turn (out of
-sample), or in sample where no other architecture of the class was measured, as the table says."""
+benchmarks/gpu_vllm/validation.py). A class is a GPU, a graph mode and a model family (on GB10 also the
+weight format and one stream or several); the band is the mean |error| of the step model on that class
+with each model left out of the fit in turn (out of sample), or in sample where no other model of the
+class was measured, as the table says.
+
+Off the validated GPUs the band is the nearest class's widened: on another GPU by the transfer error
+(validation.toml [transfer]: the error on GB10's runs of the coefficients fitted on the H200, what a GPU
+without its own fit gets), and in eager mode on any host but the one measured by the host-to-host
+spread (validation.toml [host_spread]), which `roofline calibrate --engine vllm` narrows."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,35 +39,79 @@ class Band:
     vllm_version: str
     basis: str  # "out of sample" | "in sample"
     formats: tuple[str, ...] = ()  # the weight formats the class's points ran
+    streams: str = ""  # "1" | "2-16" where the class is split by concurrency
+    widened: tuple[tuple[str, float], ...] = ()  # (why, by how much) added to the class's error
+
+    @property
+    def class_error(self) -> float:
+        return self.error - sum(by for _, by in self.widened)
 
     def text(self) -> str:
         where = self.validated_on.upper() if self.exact else f"nearest: {self.validated_on.upper()}"
-        return (f"±{100 * self.error:.0f}% ({where}, vLLM {self.vllm_version}, {self.mode}, {self.points} {self.family} "
-                f"points in {', '.join(self.formats)}; docs/VALIDATION.md)")
+        streams = f", {self.streams} stream{'s' if self.streams != '1' else ''}" if self.streams else ""
+        text = (f"±{100 * self.error:.0f}% ({where}, vLLM {self.vllm_version}, {self.mode}{streams}, {self.points} "
+                f"{self.family} points in {', '.join(self.formats)}")
+        if self.widened:
+            text += f": ±{100 * self.class_error:.0f}% there, " + ", ".join(
+                f"+{100 * by:.0f}% {why}" for why, by in self.widened)
+        return text + "; docs/VALIDATION.md)"
 
     def to_json(self) -> dict:
         return {"error": self.error, "family": self.family, "mode": self.mode, "validated_on": self.validated_on,
                 "exact": self.exact, "points": self.points, "vllm_version": self.vllm_version, "basis": self.basis,
-                "formats": list(self.formats),
+                "formats": list(self.formats), "streams": self.streams, "class_error": self.class_error,
+                "widened": [{"why": why, "by": by} for why, by in self.widened],
                 "text": self.text()}
 
 
 NO_VALIDATION = "no validation for this class"
 
 
-def band_for(inventory: Inventory, hardware: Hardware, graphs: bool) -> Band | None:
-    """The band of the class (hardware, mode, family), else of the same mode and family on a validated
-    GPU of the same architecture generation (compute capability major); None: none validated."""
+def _streams_cover(entry: dict, batch: int) -> bool:
+    streams = entry.get("streams", "")
+    if not streams:
+        return True
+    low, _, high = streams.partition("-")
+    return int(low) <= batch <= int(high or low)
+
+
+def _best(entries: list[dict], fmt: str, batch: int) -> dict | None:
+    """The entry of the format and concurrency asked, else of the concurrency, else of the format, else the
+    widest band of the rest (a class that does not match is not the place to be optimistic)."""
+    for keep in (lambda e: fmt in e["formats"] and _streams_cover(e, batch), lambda e: _streams_cover(e, batch),
+                 lambda e: fmt in e["formats"]):
+        found = [e for e in entries if keep(e)]
+        if found:
+            return max(found, key=lambda e: e["error"])
+    return max(entries, key=lambda e: e["error"]) if entries else None
+
+
+def band_for(inventory: Inventory, hardware: Hardware, graphs: bool, batch: int = 1) -> Band | None:
+    """The band of the class (hardware, mode, family, format, streams); else of the same mode and family on a
+    validated GPU of the same architecture generation (compute capability major), else on any validated
+    GPU, either widened by the transfer error; in eager mode off the measured host, widened by the host spread.
+    None: no class of this family and mode was validated anywhere."""
     family, mode = model_family(inventory), "graphs" if graphs else "eager"
-    entries = [e for e in load_table("validation").get("band", []) if e["family"] == family and e["mode"] == mode]
+    table = load_table("validation")
+    entries = [e for e in table.get("band", []) if e["family"] == family and e["mode"] == mode]
+    fmt = inventory.main_format()
     exact = [e for e in entries if e["hardware"] == hardware.key]
     generation = (hardware.compute_capability or "").split(".")[0]
     near = [e for e in entries if generation and e["compute_capability"].split(".")[0] == generation]
-    chosen = (exact or near or [None])[0]
+    chosen = _best(exact or near or entries, fmt, batch)
     if chosen is None:
         return None
-    return Band(chosen["error"], family, mode, chosen["hardware"], bool(exact), chosen["points"],
-                chosen["vllm_version"], chosen["basis"], tuple(chosen["formats"]))
+    widened = []
+    if not exact:
+        transfer = table["transfer"]
+        widened.append((f"another GPU ({transfer['what']})", transfer["error"]))
+    if not graphs and not (exact and chosen.get("host_measured", False)):
+        spread = table["host_spread"]
+        widened.append((f"another host ({spread['what']}; `roofline calibrate --engine vllm` narrows it)",
+                        spread["error"]))
+    return Band(chosen["error"] + sum(by for _, by in widened), family, mode, chosen["hardware"], bool(exact),
+                chosen["points"], chosen["vllm_version"], chosen["basis"], tuple(chosen["formats"]),
+                chosen.get("streams", ""), tuple(widened))
 
 
 def band_text(band: Band | None) -> str:

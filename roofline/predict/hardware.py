@@ -48,6 +48,10 @@ class Hardware:
     # share of the datasheet tensor rate decode GEMMs reach, measured on this device (None: rules.toml's estimate)
     compute_utilization: float | None = None
     compute_utilization_source: str = ""
+    # a model family's share of the bandwidth relative to `efficiency` where it was fitted apart (GB10: dense
+    # models read faster than the MoE / hybrids the efficiency was fitted on); a family not named: 1.0
+    family_efficiency: dict[str, float] = field(default_factory=dict)
+    family_efficiency_source: str = ""
     origin: str = SHIPPED  # the file the entry comes from: the shipped table or the user's (calibrate --save)
 
     def supports(self, compute: str) -> bool:
@@ -98,6 +102,9 @@ class HardwareEntry(msgspec.Struct, forbid_unknown_fields=True):
     vllm_version: Annotated[str, Meta(max_length=64)] = ""
     compute_utilization: Annotated[float, Meta(gt=0, le=1)] | None = None
     compute_utilization_source: Text = ""
+    family_efficiency: dict[Annotated[str, Meta(pattern=r"^(dense|moe|hybrid)$")],
+                            Annotated[float, Meta(gt=0.2, le=5)]] = msgspec.field(default_factory=dict)
+    family_efficiency_source: Text = ""
 
 
 def check_entries(table, where: str) -> dict[str, HardwareEntry]:

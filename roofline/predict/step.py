@@ -38,6 +38,7 @@ from roofline.model.inventory import Inventory
 from roofline.model.roles import role_properties
 
 from .backends import Backend, default_backend
+from .bands import model_family
 from .hardware import Hardware
 from .kernels import KernelProfile, estimate_kernels
 from .launch import LaunchCosts, launch_costs
@@ -248,11 +249,13 @@ class StepTime:
     profile: KernelProfile
     costs: LaunchCosts
     coefficients: list[Coefficient]
+    family_relative: float = 1.0  # Hardware.family_efficiency of the model's family
 
     @property
     def datasheet_gbps(self) -> float:
-        """The bandwidth memory_at_datasheet_s prices at: the datasheet's x the backend's relative efficiency."""
-        return self.hardware.bandwidth_gbps * self.backend.relative(self.hardware)
+        """The bandwidth memory_at_datasheet_s prices at: the datasheet's x the backend's relative efficiency
+        x the family's (Hardware.family_efficiency)."""
+        return self.hardware.bandwidth_gbps * self.relative
 
     # ---------------------------------------------------------------- tok/s
     def aggregate_tok_s(self, graphs: bool | None = None) -> float:
@@ -289,7 +292,12 @@ class StepTime:
     @property
     def achievable_bandwidth_gbps(self) -> float:
         """The bandwidth bytes are priced at: datasheet x efficiency x the backend's relative efficiency."""
-        return self.hardware.bandwidth_gbps * self.hardware.efficiency * self.backend.relative(self.hardware)
+        return self.hardware.bandwidth_gbps * self.hardware.efficiency * self.relative
+
+    @property
+    def relative(self) -> float:
+        """The share of the hardware's achievable bandwidth this backend and model family reach."""
+        return self.backend.relative(self.hardware) * self.family_relative
 
     # ---------------------------------------------------------------- the headline replica
     @property
@@ -463,7 +471,9 @@ def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = St
     backend = config.backend or default_backend(inventory.main_format(), hardware)
     profile = config.kernels or estimate_kernels(inventory, backend.linear_backend, backend.moe_backend)
     costs = launch_costs(hardware, config.host_us_per_kernel)
-    bandwidth = hardware.bandwidth_gbps * 1e9 * hardware.efficiency * backend.relative(hardware)  # achievable
+    family = model_family(inventory)
+    family_relative = hardware.family_efficiency.get(family, 1.0)
+    bandwidth = hardware.bandwidth_gbps * 1e9 * hardware.efficiency * backend.relative(hardware) * family_relative
     if bandwidth <= 0:
         raise RooflineError(f"hardware {hardware.key}: bandwidth must be positive")
     batches = _replica_batches(config.batch, topology.dp)
@@ -472,8 +482,12 @@ def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = St
     replicas = {b: _replica(inventory, hardware, config, topology, placement, backend, profile, costs, bandwidth,
                             weight_rate, b)
                 for b in set(batches)}
-    step = StepTime(config, hardware, backend, placement, batches, replicas, profile, costs,
-                    _coefficients(hardware, backend, costs, profile, placement))
+    coefficients = _coefficients(hardware, backend, costs, profile, placement)
+    if family in hardware.family_efficiency:
+        coefficients.insert(2, Coefficient("family_relative_efficiency", family_relative, f"x efficiency ({family})",
+                                           hardware.efficiency_kind, hardware.family_efficiency_source))
+    step = StepTime(config, hardware, backend, placement, batches, replicas, profile, costs, coefficients,
+                    family_relative)
     if step.main.period_s(config.graphs) <= 0:
         raise RooflineError("nothing to time: no bytes and no kernels per step")
     return step
