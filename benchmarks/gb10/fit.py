@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import re
@@ -289,25 +290,21 @@ def fit(runs: list[Run], utilization: float) -> GB10Fit:
     return model
 
 
-_REPORT: list = []
-
-
+@functools.lru_cache(maxsize=1)
 def host_report_row():
     """The reported hybrid's step terms (engine_fit.Row) on its default backend, neutral; built once."""
-    if not _REPORT:
-        from roofline.audit import load_inventory
-        from roofline.predict.backends import default_backend
-        from roofline.predict.hardware import get_hardware
-        from roofline.predict.step import StepConfig
+    from roofline.audit import load_inventory
+    from roofline.predict.backends import default_backend
+    from roofline.predict.hardware import get_hardware
+    from roofline.predict.step import StepConfig
 
-        hardware = replace(get_hardware(HARDWARE), family_efficiency={})
-        inventory = load_inventory(str(REPO / HOST_REPORT["config"]))
-        backend = default_backend(inventory.main_format(), hardware)
-        result = {"config": HOST_REPORT["config"], "quantization": None, "mode": "graphs", "vllm_version": "0.26.0",
-                  "gpu": "GB10", "decode": [{"batch": 1, "context": HOST_REPORT["context"], "step_ms": 1.0}]}
-        base = StepConfig(kv_cache_dtype=HOST_REPORT["kv_cache_dtype"], backend=neutral(backend))
-        _REPORT.append((engine_fit.rows_for(result, inventory, hardware, "report", "uniform", base)[0], backend))
-    return _REPORT[0]
+    hardware = replace(get_hardware(HARDWARE), family_efficiency={})
+    inventory = load_inventory(str(REPO / HOST_REPORT["config"]))
+    backend = default_backend(inventory.main_format(), hardware)
+    result = {"config": HOST_REPORT["config"], "quantization": None, "mode": "graphs", "vllm_version": "0.26.0",
+              "gpu": "GB10", "decode": [{"batch": 1, "context": HOST_REPORT["context"], "step_ms": 1.0}]}
+    base = StepConfig(kv_cache_dtype=HOST_REPORT["kv_cache_dtype"], backend=neutral(backend))
+    return engine_fit.rows_for(result, inventory, hardware, "report", "uniform", base)[0], backend
 
 
 def class_of(run: Run) -> tuple:

@@ -433,6 +433,7 @@ class Plan:
 
     def to_json(self) -> dict:
         inv, hw, w = self.inventory, self.hardware, self.workload
+        tol, tol_source = tie_tolerance(inv, hw, w)
         return {
             "schema": SCHEMA, "roofline_version": __version__, "model": inv.model_id, "source": inv.source,
             "architecture": inv.shape.architecture,
@@ -455,8 +456,8 @@ class Plan:
                             if self.pick_at_one else None),
             "pick_change": self.pick_change(),
             "base_of": self.base_of,
-            "tie_tolerance": tie_tolerance(inv, hw, w)[0],
-            "tie_tolerance_source": tie_tolerance(inv, hw, w)[1],
+            "tie_tolerance": tol,
+            "tie_tolerance_source": tol_source,
             "notes": list(self.notes),
         }
 

@@ -31,7 +31,6 @@ class Rate:
     gemm_utilization: float | None = None
     # share of the device's achievable bandwidth the path reaches, relative to the device's efficiency
     relative_efficiency: float | None = None
-    points: tuple[str, ...] = ()  # the measurements it was fitted to
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ def _checked(name: str | None, where: str) -> str | None:
 def backends() -> tuple[Backend, ...]:
     out = []
     for entry in load_table("rules").get("backend", []):
-        rates = tuple(Rate(**dict(r, points=tuple(r.get("points", ())))) for r in entry.get("rate", []))
+        rates = tuple(Rate(**r) for r in entry.get("rate", []))
         backend = Backend(**{k: v for k, v in entry.items() if k != "rate"}, rates=rates)
         _checked(backend.linear_backend, "rules.toml [[backend]]")
         _checked(backend.moe_backend, "rules.toml [[backend]]")
