@@ -191,7 +191,8 @@ def audit_step_config(scenario: Scenario) -> StepConfig:
     """The serving configuration an audit prices: the scenario on one device, CUDA graphs on,
     vLLM's default backend for the checkpoint's format."""
     return StepConfig(batch=scenario.batch, context=scenario.context, kv_cache_dtype=scenario.kv_cache_dtype,
-                      speculative_tokens=scenario.speculative_tokens, acceptance_rate=scenario.acceptance_rate)
+                      speculative_tokens=scenario.speculative_tokens, acceptance_rate=scenario.acceptance_rate,
+                      routing=scenario.routing)
 
 
 def run_audit(inventory: Inventory, scenario: Scenario, hardware: Hardware, *,

@@ -129,3 +129,17 @@ def test_estimates_on_gb10_repeat_a_fitted_figure(gb10):
     assert estimates
     for backend in estimates:
         assert backend.gemm_utilization(gb10_hw) in fitted, backend.name
+
+
+def test_plan_ranks_w4a4_first_at_16_shared_streams_and_w4a16_at_one():
+    """`plan --concurrency 16 --routing shared` for Nemotron-3-Nano NVFP4 on GB10 (the published c=16 bench
+    sent one prompt to every stream): W4A4 first; at one stream W4A16; the routing is in the answer."""
+    done = subprocess.run([sys.executable, "-m", "roofline.cli", "plan",
+                           str(REPO / "tests" / "reference_configs" / "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4"),
+                           "--formats", "nvfp4-w4a4,nvfp4-w4a16", "--concurrency", "16", "--routing", SAME_EXPERTS,
+                           "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["workload"]["routing"] == SAME_EXPERTS
+    assert plan["top_pick"]["format"] == "nvfp4-w4a4" and plan["top_pick"]["gemm_compute"] == "fp4"
+    assert plan["pick_at_one"]["format"] == "nvfp4-w4a16"

@@ -29,7 +29,7 @@ from roofline.predict.bands import band_for, band_json
 from roofline.predict.hardware import Hardware
 from roofline.predict.step import StepConfig, StepTime, price_step
 from roofline.predict.topology import SINGLE, Topology, kv_split, sharing_ranks, tensor_parallel_placement, tp_refusal
-from roofline.predict.traffic import Scenario, Traffic, compute_traffic
+from roofline.predict.traffic import ROUTINGS, Scenario, Traffic, compute_traffic
 
 from .serve import parallel_flags, ray_setup, workload_flags
 from .simulate import get_recipe, producer, simulate, simulate_all
@@ -50,6 +50,7 @@ class Workload:
     memory_budget_gb: float | None = None
     tp: int = 1
     link: str | None = None
+    routing: str = "uniform"  # MoE experts per step of several streams (traffic.Scenario)
 
     def validate(self) -> "Workload":
         if self.concurrency < 1:
@@ -60,6 +61,8 @@ class Workload:
             raise RooflineError("--memory-budget must be positive")
         if self.tp < 1:
             raise RooflineError("--tp must be at least 1")
+        if self.routing not in ROUTINGS:
+            raise RooflineError(f"--routing {self.routing!r}: use uniform or shared")
         return self
 
 
@@ -125,7 +128,7 @@ def row_config(workload: "Workload", backend: Backend, kv: str, hardware: Hardwa
     if workload.tp > 1:
         topology, placement = Topology(tp=workload.tp), tensor_parallel_placement(hardware, workload.tp, workload.link)
     return StepConfig(batch=batch, context=workload.context, kv_cache_dtype=kv, backend=backend,
-                      topology=topology, placement=placement)
+                      topology=topology, placement=placement, routing=workload.routing)
 
 
 # --------------------------------------------------------------------------- reasons
@@ -441,7 +444,7 @@ class Plan:
                          "compute_capability": hw.compute_capability, "usable_memory_gb": hw.usable_memory_gb,
                          "efficiency": hw.efficiency, "efficiency_kind": hw.efficiency_kind},
             "workload": {"concurrency": w.concurrency, "context": w.context, "kv_cache_dtype": w.kv_cache_dtype,
-                         "memory_budget_gb": w.memory_budget_gb, "tp": w.tp, "link": w.link},
+                         "memory_budget_gb": w.memory_budget_gb, "tp": w.tp, "link": w.link, "routing": w.routing},
             "simulated": [
                 {"format": s.format, "format_label": format_label(s.format), "recipe": s.recipe,
                  "weight_bytes": s.weight_bytes, "bytes_per_token": s.bytes_per_token,
@@ -466,7 +469,7 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
                concurrency: int = 1, context: int = 4096, kv_cache_dtype: str = "auto",
                memory_budget_gb: float | None = None, tp: int = 1, link: str | None = None,
                record_rows: list[dict] | None = None, base_of: Inventory | None = None,
-               served_as: str | None = None, published: list[dict] | None = None) -> Plan:
+               served_as: str | None = None, published: list[dict] | None = None, routing: str = "uniform") -> Plan:
     """The plan for `inventory` (an unquantized base). `base_of`: the quantized checkpoint the base
     was derived from, when the user gave one; `record_rows`: the user's validation record, evidence
     for breaking ties; `served_as`: the model as the user named it (a path or hub id), which the
@@ -477,7 +480,7 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
         get_format(fmt)
     for name in recipes:
         get_recipe(name)
-    workload = Workload(concurrency, context, kv_cache_dtype, memory_budget_gb, tp, link).validate()
+    workload = Workload(concurrency, context, kv_cache_dtype, memory_budget_gb, tp, link, routing).validate()
     scenario = Scenario(batch=1, context=context, kv_cache_dtype=kv_cache_dtype)
     simulated = simulate_all(inventory, formats, recipes, scenario, hardware,
                              kv_for=lambda sim: plan_kv_dtype(sim, kv_cache_dtype, context, hardware))

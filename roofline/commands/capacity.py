@@ -9,7 +9,7 @@ from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
-from .options import source_options
+from .options import routing_option, source_options
 from .output import echo, print_json
 
 DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
@@ -55,8 +55,7 @@ DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
 @click.option("--enforce-eager", is_flag=True,
               help="As vLLM's --enforce-eager: no CUDA-graph pool taken from the KV cache, and the curve priced "
                    "with every kernel launched by the host.")
-@click.option("--routing", type=click.Choice(["uniform", "shared"]), default="uniform", show_default=True,
-              help="MoE experts per step: uniform (distinct prompts) or shared (one prompt sent to every stream).")
+@routing_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (schema roofline.capacity/1).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Add the capacity section to this HTML report, or write one.")

@@ -9,6 +9,13 @@ from roofline.predict.traffic import Scenario
 from . import types
 
 
+# which experts a step of several MoE streams reads: every command that prices a batch says which it assumed
+routing_option = click.option(
+    "--routing", type=click.Choice(["uniform", "shared"]), default="uniform", show_default=True,
+    help="MoE experts per step of several streams: uniform (distinct prompts: E x (1 - (1 - k/E)^B) experts) or "
+         "shared (one prompt sent to every stream at temperature 0, as many benchmarks do: one token's experts).")
+
+
 def scenario_options(func):
     for option in reversed([
         click.option("--hardware", "hardware_name", default=DEFAULT_HARDWARE, show_default=True,
@@ -22,6 +29,7 @@ def scenario_options(func):
                      help="MTP draft tokens per step (0: off)."),
         click.option("--acceptance-rate", type=types.ACCEPTANCE, default=0.7, show_default=True,
                      help="Draft-token acceptance rate when --speculative is on."),
+        routing_option,
     ]):
         func = option(func)
     return func
@@ -31,7 +39,7 @@ def scenario_from(kwargs: dict) -> tuple[Scenario, object]:
     scenario = Scenario(batch=kwargs.pop("batch"), context=kwargs.pop("context"),
                         kv_cache_dtype=kwargs.pop("kv_cache_dtype"),
                         speculative_tokens=kwargs.pop("speculative_tokens"),
-                        acceptance_rate=kwargs.pop("acceptance_rate")).validate()
+                        acceptance_rate=kwargs.pop("acceptance_rate"), routing=kwargs.pop("routing")).validate()
     hardware = get_hardware(kwargs.pop("hardware_name"), kwargs.pop("bandwidth"))
     return scenario, hardware
 

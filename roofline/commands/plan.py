@@ -7,7 +7,7 @@ from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
-from .options import no_cache_option, quiet_option
+from .options import no_cache_option, quiet_option, routing_option
 from .output import echo, print_json
 
 DEFAULT_FORMATS = "bf16,fp8,nvfp4-w4a16,nvfp4-w4a4,mxfp4,int4-awq"
@@ -39,6 +39,7 @@ def _split(value: str, what: str) -> list[str]:
 @click.option("--context", type=types.CONTEXT_TOKENS, default=4096, show_default=True, help="Tokens per sequence (KV cache length).")
 @click.option("--kv-cache-dtype", type=types.KV_CACHE_DTYPE, default="auto", show_default=True,
               help="KV cache dtype; auto lets the rules pick fp8 where it pays.")
+@routing_option
 @click.option("--memory-budget", type=types.MEMORY_GB, default=None, help="GB of device memory vLLM may use (default: rules).")
 @click.option("--tp", "-tp", "--tensor-parallel-size", "tp", type=types.TP_RANKS, default=1, show_default=True,
               help="Tensor-parallel ranks (2: e.g. two GB10 boxes); -tp and --tensor-parallel-size as vLLM spells it.")
@@ -59,8 +60,8 @@ def _split(value: str, what: str) -> list[str]:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Add the format comparison to this HTML report (written by `audit --html`), or write one.")
 def command(model, revision, config_only, no_cache, trust_remote_code, formats, recipes, hardware_name, bandwidth, concurrency,
-            context, kv_cache_dtype, memory_budget, tp, link, boxes, gpus, network, top, record_path, wide, as_json,
-            html_path):
+            context, kv_cache_dtype, routing, memory_budget, tp, link, boxes, gpus, network, top, record_path, wide,
+            as_json, html_path):
     """Simulate quantization formats on MODEL (a checkpoint folder, a hub id, or a folder with
     only config.json) and recommend format, recipe, vLLM backend and flags for a device and a
     workload."""
@@ -101,7 +102,7 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
                       concurrency=concurrency, context=context, kv_cache_dtype=kv_cache_dtype,
                       memory_budget_gb=memory_budget, tp=tp, link=link,
                       record_rows=_record_rows(record_path), base_of=base_of, served_as=model,
-                      published=cached_published(base_model_name(inventory.model_id)))
+                      published=cached_published(base_model_name(inventory.model_id)), routing=routing)
     payload = plan.to_json() if (as_json or html_path) else None
     if html_path:
         from roofline.audit import run_audit

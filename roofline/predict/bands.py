@@ -17,6 +17,7 @@ from roofline.data import load_table
 from roofline.model.inventory import Inventory
 
 from .hardware import Hardware
+from .launch import graphs_apply
 
 
 def model_family(inventory: Inventory) -> str:
@@ -98,7 +99,8 @@ def band_for(inventory: Inventory, hardware: Hardware, graphs: bool, batch: int 
     exact = [e for e in entries if e["hardware"] == hardware.key]
     generation = (hardware.compute_capability or "").split(".")[0]
     near = [e for e in entries if generation and e["compute_capability"].split(".")[0] == generation]
-    chosen = _best(exact or near or entries, fmt, batch)
+    # a CPU host runs no GPU kernels: no GPU's class says anything about it
+    chosen = _best(exact or near or (entries if graphs_apply(hardware) else []), fmt, batch)
     if chosen is None:
         return None
     widened = []

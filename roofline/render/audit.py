@@ -40,6 +40,7 @@ def render_audit(result: AuditResult, max_rows: int = 25) -> str:
         f"quantization: {q.method}{' ' + q.algo if q.algo else ''}"
         f"{'  kv-cache scales: ' + q.kv_cache if q.kv_cache else ''}",
         f"scenario: batch {s.batch}, context {s.context}, kv cache {t.kv_dtype}"
+        f"{f', routing {s.routing}' if s.batch > 1 and inv.shape.num_experts else ''}"
         f"{f', speculative {s.speculative_tokens} tokens' if s.speculative_tokens else ''}",
         f"hardware: {hw.name}, {hw.bandwidth_gbps:g} GB/s",
         "",

@@ -34,6 +34,7 @@ def render_plan(plan, top: int = 12, wide: bool = False) -> str:
         f"hardware: {hw.name}, {hw.bandwidth_gbps:g} GB/s, SM {hw.compute_capability}, "
         f"efficiency {hw.efficiency:.2f} ({hw.efficiency_kind})",
         f"workload: {w.concurrency} concurrent x {w.context} tokens"
+        f"{f', routing {w.routing}' if w.concurrency > 1 and inv.shape.num_experts else ''}"
         f"{f', TP={w.tp}' if w.tp > 1 else ''}"
         f"{f', memory budget {w.memory_budget_gb:g} GB' if w.memory_budget_gb else ''}",
     ]
