@@ -17,7 +17,9 @@ def render_compare(comparison: Comparison, wide: bool = False) -> str:
     first = comparison.rows[0].result.scenario
     width = None if wide else terminal_width()
     lines = wrapped(f"{len(comparison.rows)} checkpoints on {hw.name}, {hw.bandwidth_gbps:g} GB/s; batch {first.batch}, "
-                    f"context {first.context}, kv cache {first.kv_cache_dtype}; ranked by "
+                    f"context {first.context}, kv cache {first.kv_cache_dtype}"
+                    f"{f', routing {first.routing}' if first.batch > 1 and any(r.result.inventory.shape.num_experts for r in comparison.rows) else ''}"
+                    "; ranked by "
                     f"{'hub downloads' if comparison.sort == 'downloads' else 'expected tok/s'}", width) + [""]
     rows = [["#", "checkpoint", "format", "on disk", "bytes/token", "weights", "KV", "state", "ceiling", "expected",
              "graphs", "BF16 residuals", "fits", "vLLM backend"]]
