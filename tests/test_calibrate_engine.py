@@ -31,6 +31,12 @@ def calibrated(tmp_path_factory):
     env = dict(os.environ, ROOFLINE_HARDWARE_FILE=str(directory / "hardware.toml"))
     done = cli(env, "calibrate", "--engine", "vllm", "--device", "cpu", "--size-mb", "64", "--repetitions", "3",
                "--save", "cpu-vllm", "--json")
+    if done.returncode == 1 and "fit refused, nothing saved" in done.stderr:
+        # a machine busy with other work can time steps no coefficient reconciles (issue #36): the pipeline
+        # then ends in one line and writes nothing, which is what is checked here; the entry's tests need a fit
+        assert len(done.stderr.strip().splitlines()) == 1 and not (directory / "hardware.toml").exists()
+        assert "Traceback" not in done.stderr and not done.stdout.strip()
+        pytest.skip(f"the live fit was refused on this machine's timings: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr[-3000:]
     return env, json.loads(done.stdout), directory
 
@@ -91,7 +97,11 @@ def test_every_command_prices_with_the_entry(calibrated):
     batch_1 = next(r for r in payload["engine"]["runs"] if r["batch"] == 1)
     assert 1e3 / audit["expected_tok_s"] == pytest.approx(batch_1["fitted_ms"], rel=0.02)
     assert audit["efficiency"]["kind"] == "measured" and "vLLM" in audit["efficiency"]["source"]
-    assert audit["expected_band"] == {"text": "no validation for this class"}  # a CPU class is not validated
+    # the entry's own band: one model, so in sample, from the entry's file
+    band = audit["expected_band"]
+    assert band["validated_on"] == "cpu-vllm" and band["exact"] and band["basis"] == "in sample"
+    assert band["family"] == "dense" and band["mode"] == "graphs" and "calibrate --engine vllm" in band["text"]
+    assert band["error"] == pytest.approx(payload["engine"]["bands"][0]["error"], abs=1e-4)
     plan = cli(env, "plan", str(QWEN3_06B), "--hardware", "cpu-vllm", "--json")
     assert plan.returncode == 0, plan.stderr
     assert json.loads(plan.stdout)["hardware"]["efficiency_kind"] == "measured"

@@ -7,7 +7,8 @@ Decode: step time per batch, graphs or eager, predicted by roofline.predict.step
 H200 catalogue entry (vLLM's online `quantization="fp8"` priced as the fp8 format simulated from the
 BF16 config). KV cache: `roofline capacity`'s token count for the engine's settings (max_model_len,
 max_num_seqs, max_num_batched_tokens as vLLM logged them) against vLLM's own start-up line, and the
-memory terms beside the ones vLLM reports.
+memory terms beside the ones vLLM reports; then the same for the start-up runs at other token budgets
+(benchmarks/results/vllm_h200_activation).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "vllm_h200"
+# start-up only (one short decode each): the activation peak of hybrids and a dense model at other token budgets
+ACTIVATION = REPO / "benchmarks" / "results" / "vllm_h200_activation"
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -30,7 +33,7 @@ def engine_from_log(log: Path) -> dict:
     return {"max_num_batched_tokens": int(match.group(1))} if match else {}
 
 
-def compared() -> tuple[list, list]:
+def compared(folder: Path = RESULTS) -> tuple[list, list]:
     """(decode rows, KV rows): every result beside the step model's and capacity's figures for it."""
     from roofline.advise.capacity import Request, capacity
     from roofline.predict.hardware import get_hardware
@@ -40,7 +43,7 @@ def compared() -> tuple[list, list]:
 
     hardware = get_hardware("h200")
     decode_rows, kv_rows = [], []
-    for path, result, inventory, routing in results():
+    for path, result, inventory, routing in results(folder):
         graphs = result["mode"] == "graphs"
         for row in result["decode"]:
             step = price_step(inventory, hardware, StepConfig(batch=row["batch"], context=row["context"],
@@ -79,6 +82,14 @@ def main() -> int:
     print()
     print("KV cache tokens at start-up: vLLM's log vs roofline capacity (same max_model_len, max_num_seqs, "
           "max_num_batched_tokens), and the memory terms (GiB)")
+    print_kv(kv_rows)
+    print()
+    print("the same at other token budgets (max_num_batched_tokens in the name; 'default': vLLM's, 4096 here)")
+    print_kv(compared(ACTIVATION)[1])
+    return 0
+
+
+def print_kv(kv_rows: list) -> None:
     print(f"{'case':24}{'vLLM tokens':>13}{'roofline':>11}{'error':>8}   vLLM: act / non-torch / graphs"
           "   roofline: act / non-torch / graphs")
     for name, theirs, ours, startup, terms in kv_rows:
@@ -90,7 +101,6 @@ def main() -> int:
               f"{startup.get('cuda_graph_gib', 0):.2f}"
               f"{'':>13}{terms.get('activation_peak', 0):.2f} / {terms.get('non_torch', 0):.2f} / "
               f"{terms.get('cuda_graphs', 0):.2f}")
-    return 0
 
 
 if __name__ == "__main__":

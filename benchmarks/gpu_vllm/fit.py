@@ -26,7 +26,7 @@ Dummy weights and MoE routing: vLLM's dummy loader fills every parameter with sm
 softmax router (Qwen3-MoE, Mixtral) then picks experts by tiny, token-dependent logit differences,
 spread as real routing is (priced "uniform"); a router that adds a learned score-correction bias before
 its top-k (Nemotron-H's sigmoid router, DeepSeek-V3's) picks by the bias alone, the same experts for
-every token (priced "shared", ROUTING below). gpt-oss's biased softmax router with MXFP4 Marlin experts
+every token (priced "shared", engine_fit.DUMMY_ROUTING). gpt-oss's biased softmax router with MXFP4 Marlin experts
 fits neither and is left out of the fit (shown in VALIDATION.md).
 """
 from __future__ import annotations
@@ -40,8 +40,6 @@ RESULTS = REPO / "benchmarks" / "results" / "vllm_h200"
 FIT_FILE = RESULTS / "fit.json"
 sys.path.insert(0, str(REPO))
 
-# model_type -> how dummy weights route (see the docstring)
-ROUTING = {"nemotron_h": "shared", "deepseek_v3": "shared"}
 # cases measured after the fit, to check it out of sample: never fitted on (VALIDATION.md "held out")
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager"}
@@ -49,24 +47,24 @@ LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marl
 HARDWARE = "h200"
 
 from roofline.live import engine_fit  # noqa: E402
-from roofline.live.engine_fit import Fit, Row, errors, rows_for, summary  # noqa: E402,F401
+from roofline.live.engine_fit import DUMMY_ROUTING as ROUTING, Fit, Row, dummy_routing, errors, rows_for, summary  # noqa: E402,F401,E501
 
 
-def results():
+def results(folder: Path = RESULTS):
     """(path, result, inventory, routing) of every probe result: the inventory as vLLM built the model
     (online `quantization="fp8"` priced as the fp8 format simulated from the BF16 config), the MoE
     routing its dummy weights give."""
     from roofline.advise.simulate import get_recipe, simulate
     from roofline.audit import load_inventory
 
-    for path in sorted(RESULTS.glob("*.json")):
+    for path in sorted(folder.glob("*.json")):
         if path == FIT_FILE:
             continue
         result = json.loads(path.read_text())
         inventory = load_inventory(str(REPO / result["config"]))
         if result.get("quantization") == "fp8":
             inventory = simulate(inventory, "fp8", get_recipe("default"))
-        yield path, result, inventory, ROUTING.get(inventory.shape.model_type, "uniform")
+        yield path, result, inventory, dummy_routing(inventory)
 
 
 def load_rows() -> list[Row]:

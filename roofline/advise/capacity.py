@@ -211,7 +211,38 @@ def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int) -> float
         head_dim = config_int(cfg, "head_dim", default=hidden // heads)
         widths.append((heads + 2 * kv_heads) * head_dim)
     dtype = dtype_bytes(shape.dtype)
-    return tokens * (max(widths, default=4 * hidden) + 3 * hidden) * dtype + seqs * shape.vocab_size * 4
+    # a hybrid's recurrent mixer keeps its own workspace beside the widest of the rest: vLLM measures the
+    # caching allocator's peak, whose blocks of one layer kind do not serve the other's shapes
+    recurrent = recurrent_workspace_bytes(cfg, {r.kind for r in shape.recurrent}, dtype)
+    return tokens * ((max(widths, default=4 * hidden) + 3 * hidden) * dtype + recurrent) \
+        + seqs * shape.vocab_size * 4
+
+
+# the chunk of the Gated DeltaNet prefill kernels (fla's chunked delta rule in vLLM 0.26): one fp32 state per
+# value head per chunk of this many tokens
+GDN_CHUNK_TOKENS = 64
+
+
+def recurrent_workspace_bytes(cfg: dict, kinds: set[str], dtype: int) -> float:
+    """Bytes per prefill token of a recurrent mixer's forward, the widest kind of those present: its input
+    projection's output, the causal conv's output and the mixer's output at the model dtype, plus the chunked
+    scan's fp32 states (heads x head dim x state per chunk). Checked against vLLM 0.26.0's profile on the H200
+    at 2048-8192 batched tokens (benchmarks/results/vllm_h200_activation)."""
+    sizes = [0.0]
+    if "mamba" in kinds:  # Mamba2 (Nemotron-H): in_proj -> z, xBC, dt
+        heads, head_dim = config_int(cfg, "mamba_num_heads", default=0), config_int(cfg, "mamba_head_dim", default=0)
+        state, groups = config_int(cfg, "ssm_state_size", default=0), config_int(cfg, "n_groups", default=1)
+        inner, chunk = heads * head_dim, config_int(cfg, "chunk_size", default=256) or 256
+        conv = inner + 2 * groups * state
+        sizes.append((inner + conv + heads + conv + inner) * dtype + heads * head_dim * state * 4 / chunk)
+    if "gdn" in kinds:  # Gated DeltaNet (Qwen3-Next, Qwen3.5/3.6): in_proj_qkvz + ba -> conv(qkv) -> core
+        key = config_int(cfg, "linear_num_key_heads", default=0) * config_int(cfg, "linear_key_head_dim", default=0)
+        v_heads, v_dim = config_int(cfg, "linear_num_value_heads", default=0), config_int(
+            cfg, "linear_value_head_dim", default=0)
+        value = v_heads * v_dim
+        sizes.append((2 * key + 2 * value + 2 * v_heads + 2 * key + value + value) * dtype
+                     + v_heads * config_int(cfg, "linear_key_head_dim", default=0) * v_dim * 4 / GDN_CHUNK_TOKENS)
+    return max(sizes)
 
 
 def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,

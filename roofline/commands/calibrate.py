@@ -15,8 +15,9 @@ from .output import echo, print_json
 @click.option("--engine", type=click.Choice(["torch", "vllm"]), default="torch", show_default=True,
               help="torch: bandwidth (and launch costs on a GPU) from plain torch kernels. vllm: also run the "
                    "installed vLLM offline with dummy weights on MODELs (bundled shapes, config folders or hub ids; "
-                   "default: qwen3-0.6b, plus qwen3-8b on a GPU) and fit the step model's coefficients to its "
-                   "decode steps (minutes, no download).")
+                   "default: qwen3-0.6b on a CPU; on a GPU a dense, a MoE and a hybrid model: qwen3-8b, "
+                   "qwen3-30b-a3b, nemotron-3-nano, each where it fits) and fit the step model's coefficients to its "
+                   "decode steps, a floor per family (minutes, no download).")
 @click.option("--batches", "batches_text", default="1,4", show_default=True,
               help="--engine vllm: concurrent sequences per run, comma-separated (1-1024).")
 @click.option("--context", type=types.CONTEXT_TOKENS, default=256, show_default=True,
@@ -111,17 +112,32 @@ def command(models, engine, batches_text, context, device, buffer_mb, repetition
 
 
 def _echo_engine(result) -> None:
+    from roofline.live.engine_calibrate import layer_python
+
     echo(f"vLLM {result.vllm_version} on {result.device_name}: decode steps measured and fitted")
-    echo(f"  {'model':14}{'mode':8}{'batch':>6}{'context':>9}{'measured ms':>13}{'fitted ms':>11}{'error':>8}")
-    for run in result.runs:
-        for row in run.rows:
-            fitted = result.fit.predict_ms(row)
-            echo(f"  {run.model[:14]:14}{run.mode:8}{row.batch:>6}{row.context:>9}{row.measured_ms:>13.2f}"
-                 f"{fitted:>11.2f}{100 * (fitted / row.measured_ms - 1):>+7.0f}%")
+    echo(f"  {'model':20}{'family':8}{'mode':8}{'batch':>6}{'context':>9}{'measured ms':>13}{'fitted ms':>11}"
+         f"{'error':>8}{'left out':>10}")
+    for i, row in enumerate(result.rows()):
+        fitted = result.fit.predict_ms(row)
+        left_out = f"{100 * result.left_out[i]:>+9.0f}%" if i in result.left_out else f"{'-':>10}"
+        echo(f"  {row.case[:20]:20}{row.family:8}{row.mode:8}{row.batch:>6}{row.context:>9}{row.measured_ms:>13.2f}"
+             f"{fitted:>11.2f}{100 * (fitted / row.measured_ms - 1):>+7.0f}%{left_out}")
     fit = result.fit
     text = f"  efficiency {fit.efficiency:.3f} of the measured bandwidth"
     if result.device == "cuda":
         text += f", graph floor {fit.floor_us:.2f} us per kernel"
+        if fit.family_floor_us:
+            text += " (" + ", ".join(f"{k} {v:.2f}" for k, v in fit.family_floor_us.items()) + ")"
         if fit.host_us is not None:
             text += f", host {fit.host_us:.1f} us per eager kernel"
     echo(text)
+    python = layer_python(fit)
+    if python:
+        echo("  eager Python per layer beyond its launches: "
+             + ", ".join(f"{kind} {value:g} launches' worth" for kind, value in python.items()))
+    echo("  the entry's own bands (mean |error| of the step per class; commands print these with --hardware KEY):")
+    for band in result.bands():
+        echo(f"    {band.family:7}{band.mode:7}±{100 * band.mean_abs:.0f}% (max {100 * band.max_abs:.0f}%, "
+             f"{band.points} points, {band.basis}: {', '.join(band.models)})")
+    echo("  never measured: " + "; ".join(result.unmeasured())
+         + " (a family or mode not run takes the nearest validated class's band, widened)")

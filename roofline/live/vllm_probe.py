@@ -137,6 +137,8 @@ def main() -> int:
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--quantization", default=None, help="e.g. fp8 (online W8A8 from BF16 weights)")
     parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None,
+                        help="vLLM's token budget per step (default: vLLM's own): sets the activation peak")
     parser.add_argument("--hf-overrides", default=None, help="JSON, e.g. '{\"num_hidden_layers\": 4}'")
     parser.add_argument("--additional-config", default=None,
                         help="JSON for vLLM's additional_config, e.g. '{\"gdn_prefill_backend\": \"triton\"}' "
@@ -163,6 +165,7 @@ def main() -> int:
               kv_cache_dtype=args.kv_cache_dtype, seed=0,
               # the same prompts run again: a prefix-cache hit would shorten one run's prefill only
               enable_prefix_caching=False,
+              **({"max_num_batched_tokens": args.max_num_batched_tokens} if args.max_num_batched_tokens else {}),
               hf_overrides=json.loads(args.hf_overrides) if args.hf_overrides else None,
               **({"additional_config": json.loads(args.additional_config)} if args.additional_config else {}))
     start_s = time.perf_counter() - started

@@ -11,7 +11,7 @@ without its own fit gets), and in eager mode on any host but the one measured by
 spread (validation.toml [host_spread]), which `roofline calibrate --engine vllm` narrows."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from roofline.data import load_table
 from roofline.model.inventory import Inventory
@@ -42,6 +42,8 @@ class Band:
     formats: tuple[str, ...] = ()  # the weight formats the class's points ran
     streams: str = ""  # "1" | "2-16" where the class is split by concurrency
     widened: tuple[tuple[str, float], ...] = ()  # (why, by how much) added to the class's error
+    reference: str = "docs/VALIDATION.md"  # where the class's points are: the table's, or a calibrated entry's file
+    note: str = ""  # e.g. which class a calibrated entry never measured, where the band comes from elsewhere
 
     @property
     def class_error(self) -> float:
@@ -55,14 +57,16 @@ class Band:
         if self.widened:
             text += f": ±{100 * self.class_error:.0f}% there, " + ", ".join(
                 f"+{100 * by:.0f}% {why}" for why, by in self.widened)
-        return text + "; docs/VALIDATION.md)"
+        if self.basis != "out of sample":
+            text += f", {self.basis}"
+        return text + f"; {self.reference})" + (f"; {self.note}" if self.note else "")
 
     def to_json(self) -> dict:
         return {"error": self.error, "family": self.family, "mode": self.mode, "validated_on": self.validated_on,
                 "exact": self.exact, "points": self.points, "vllm_version": self.vllm_version, "basis": self.basis,
                 "formats": list(self.formats), "streams": self.streams, "class_error": self.class_error,
                 "widened": [{"why": why, "by": by} for why, by in self.widened],
-                "text": self.text()}
+                "reference": self.reference, "note": self.note, "text": self.text()}
 
 
 NO_VALIDATION = "no validation for this class"
@@ -93,6 +97,26 @@ def band_for(inventory: Inventory, hardware: Hardware, graphs: bool, batch: int 
     GPU, either widened by the transfer error; in eager mode off the measured host, widened by the host spread.
     None: no class of this family and mode was validated anywhere."""
     family, mode = model_family(inventory), "graphs" if graphs else "eager"
+    own = _calibrated_band(hardware, family, mode)
+    if own is not None or not hardware.bands:
+        return own or _table_band(inventory, hardware, family, mode, batch)
+    band = _table_band(inventory, hardware, family, mode, batch)
+    note = (f"{hardware.key} was calibrated on {', '.join(f'{b.family} {b.mode}' for b in hardware.bands)}, "
+            f"never {family} {mode}")
+    return replace(band, note=note) if band else None
+
+
+def _calibrated_band(hardware: Hardware, family: str, mode: str) -> Band | None:
+    """A `calibrate --engine vllm` entry's own band for the class, where its runs measured it (BF16 shapes)."""
+    own = next((b for b in hardware.bands if b.family == family and b.mode == mode), None)
+    if own is None:
+        return None
+    return Band(own.error, family, mode, hardware.key, True, own.points, hardware.vllm_version or "?", own.basis,
+                ("bf16",), reference=f"calibrate --engine vllm, {hardware.origin}")
+
+
+def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str, batch: int) -> Band | None:
+    graphs = mode == "graphs"
     table = load_table("validation")
     entries = [e for e in table.get("band", []) if e["family"] == family and e["mode"] == mode]
     fmt = inventory.main_format()

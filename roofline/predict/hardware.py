@@ -52,6 +52,12 @@ class Hardware:
     # models read faster than the MoE / hybrids the efficiency was fitted on); a family not named: 1.0
     family_efficiency: dict[str, float] = field(default_factory=dict)
     family_efficiency_source: str = ""
+    # `calibrate --engine vllm` entries: the floor per replayed kernel of each model family it ran, a MoE /
+    # Mamba layer's eager Python (in launches' worth) where it ran them eager, and how well its own fit priced
+    # each class it measured (a family x mode: the entry's band, roofline.predict.bands)
+    graph_floor_us_by_family: dict[str, float] = field(default_factory=dict)
+    layer_python_launches: dict[str, float] = field(default_factory=dict)
+    bands: tuple["CalibratedBand", ...] = ()
     origin: str = SHIPPED  # the file the entry comes from: the shipped table or the user's (calibrate --save)
 
     def supports(self, compute: str) -> bool:
@@ -78,6 +84,20 @@ Key = Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
 _Rate = Annotated[float, Meta(gt=0, le=1e7)]
 
 
+Family = Annotated[str, Meta(pattern=r"^(dense|moe|hybrid)$")]
+
+
+class CalibratedBand(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One class (family x mode) a `calibrate --engine vllm` entry measured, and its own fit's error there."""
+    family: Family
+    mode: Annotated[str, Meta(pattern=r"^(graphs|eager)$")]
+    points: Annotated[int, Meta(ge=1, le=100000)]
+    error: Annotated[float, Meta(ge=0, le=100)]  # mean |error| of the step
+    max_error: Annotated[float, Meta(ge=0, le=100)]
+    basis: Annotated[str, Meta(pattern=r"^(out of sample|in sample)$")]
+    models: Annotated[list[Annotated[str, Meta(max_length=200)]], Meta(max_length=64)] = []
+
+
 class HardwareEntry(msgspec.Struct, forbid_unknown_fields=True):
     name: Annotated[str, Meta(min_length=1, max_length=120)]
     bandwidth_gbps: Annotated[float, Meta(gt=0, le=1e6)]
@@ -102,9 +122,13 @@ class HardwareEntry(msgspec.Struct, forbid_unknown_fields=True):
     vllm_version: Annotated[str, Meta(max_length=64)] = ""
     compute_utilization: Annotated[float, Meta(gt=0, le=1)] | None = None
     compute_utilization_source: Text = ""
-    family_efficiency: dict[Annotated[str, Meta(pattern=r"^(dense|moe|hybrid)$")],
-                            Annotated[float, Meta(gt=0.2, le=5)]] = msgspec.field(default_factory=dict)
+    family_efficiency: dict[Family, Annotated[float, Meta(gt=0.2, le=5)]] = msgspec.field(default_factory=dict)
     family_efficiency_source: Text = ""
+    graph_floor_us_by_family: dict[Family, Annotated[float, Meta(ge=0, le=1e6)]] = msgspec.field(
+        default_factory=dict)
+    layer_python_launches: dict[Annotated[str, Meta(pattern=r"^(moe|mamba)$")],
+                                Annotated[float, Meta(ge=0, le=1e4)]] = msgspec.field(default_factory=dict)
+    bands: Annotated[list[CalibratedBand], Meta(max_length=64)] = []
 
 
 def check_entries(table, where: str) -> dict[str, HardwareEntry]:
@@ -152,7 +176,7 @@ def catalogue() -> dict[str, Hardware]:
     path, user = _user_entries()
     for key, entry in user.items():
         fields = msgspec.structs.asdict(entry)
-        fields["aliases"] = tuple(fields["aliases"])
+        fields["aliases"], fields["bands"] = tuple(fields["aliases"]), tuple(fields["bands"])
         out[key] = Hardware(key=key, origin=path, **fields)
     return out
 

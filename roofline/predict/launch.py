@@ -27,7 +27,8 @@ def graphs_apply(hardware: Hardware) -> bool:
     return hardware.host != "cpu"
 
 
-def launch_costs(hardware: Hardware, host_us_per_kernel: float | None = None) -> LaunchCosts:
+def launch_costs(hardware: Hardware, host_us_per_kernel: float | None = None, family: str | None = None) -> LaunchCosts:
+    """The costs for `hardware`; a calibrated entry's floor for the model `family` where it fitted one."""
     if not graphs_apply(hardware):
         return LaunchCosts(0.0, "none", "CPU host: no kernel launches modelled", 0.0, "none",
                            "CPU host: no CUDA graphs")
@@ -40,6 +41,9 @@ def launch_costs(hardware: Hardware, host_us_per_kernel: float | None = None) ->
     if hardware.graph_floor_us_per_kernel is not None:
         floor = {"graph_floor_us_per_kernel": hardware.graph_floor_us_per_kernel, "kind": "calibrated",
                  "source": hardware.launch_source}
+    if family in hardware.graph_floor_us_by_family:
+        floor = {"graph_floor_us_per_kernel": hardware.graph_floor_us_by_family[family], "kind": "calibrated",
+                 "source": f"{hardware.launch_source} ({family} shapes' own floor)"}
     if host_us_per_kernel is not None:
         if host_us_per_kernel <= 0:
             raise RooflineError("host launch cost must be positive")

@@ -470,8 +470,8 @@ def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = St
             place(topology, topology.devices, in_box_link(hardware), None)
     backend = config.backend or default_backend(inventory.main_format(), hardware)
     profile = config.kernels or estimate_kernels(inventory, backend.linear_backend, backend.moe_backend)
-    costs = launch_costs(hardware, config.host_us_per_kernel)
     family = model_family(inventory)
+    costs = launch_costs(hardware, config.host_us_per_kernel, family)
     family_relative = hardware.family_efficiency.get(family, 1.0)
     bandwidth = hardware.bandwidth_gbps * 1e9 * hardware.efficiency * backend.relative(hardware) * family_relative
     if bandwidth <= 0:
@@ -491,6 +491,17 @@ def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = St
     if step.main.period_s(config.graphs) <= 0:
         raise RooflineError("nothing to time: no bytes and no kernels per step")
     return step
+
+
+# kernels.toml [python.*] kinds by the role whose count carries them: a calibrated entry's own figure wins
+PYTHON_KIND_OF_ROLE = {"moe_experts": "moe", "mamba_core": "mamba"}
+
+
+def _host_equiv(hardware: Hardware, count) -> float:
+    """A count's eager Python beyond its launches: the table's, or what `calibrate --engine vllm` fitted on this
+    host for a MoE / Mamba layer."""
+    kind = PYTHON_KIND_OF_ROLE.get(count.role)
+    return hardware.layer_python_launches.get(kind, count.host_equiv) if kind else count.host_equiv
 
 
 def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topology: Topology,
@@ -570,7 +581,7 @@ def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topol
         target = segment(count.layer, count.role == "embedding")
         target.kernels += count.kernels
         target.eager_kernels += count.eager
-        target.host_equiv += count.host_equiv
+        target.host_equiv += _host_equiv(hardware, count)
     _collectives(inventory, topology, placement, segments, tokens_in, micro)
     for target in segments.values():
         target.memory_at_datasheet_s = target.bytes / bandwidth * hardware.efficiency

@@ -1,0 +1,175 @@
+"""`calibrate --engine vllm` on a dense, a MoE and a hybrid model: the fit of what differs by family (the
+floor per replayed kernel, a MoE / Mamba layer's eager Python), the entry's own bands and the classes it never
+measured, and the refusal of fits that should not be saved. On the decode steps vLLM 0.26.0 measured when the
+command ran on the lent H200 (benchmarks/results/vllm_h200_calibrate4, the whole models; calibrate3, the same
+command on models cut to a few layers), refitted by benchmarks/gpu_vllm/calibration_check.py as the command
+fits them."""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from roofline.audit import load_inventory
+from roofline.errors import RooflineError
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+CHECK_SCRIPT = ROOT / "benchmarks" / "gpu_vllm" / "calibration_check.py"
+MODELS = ROOT / "roofline" / "data" / "engine_models"
+
+
+def _check_module():
+    spec = importlib.util.spec_from_file_location("calibration_check", CHECK_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CHECK = _check_module()
+
+
+def refit(name: str, edit=None):
+    from roofline.live.engine_calibrate import fit_runs
+
+    calibration = json.loads((RESULTS / name / "calibrate.json").read_text())
+    if edit:
+        calibration = copy.deepcopy(calibration)
+        edit(calibration["engine"]["runs"])
+    hardware = CHECK.device_entry(calibration)
+    engine = calibration["engine"]
+    return fit_runs(CHECK.runs_of(calibration, hardware, []), hardware, engine["vllm_version"], engine["device"],
+                    engine["device_name"])
+
+
+@pytest.fixture(scope="module")
+def whole_models():
+    return refit("vllm_h200_calibrate4")
+
+
+def test_the_recorded_h200_run_fits_a_floor_per_family(whole_models):
+    from roofline.live.engine_calibrate import refusal
+
+    fit = whole_models.fit
+    assert set(fit.family_floor_us) == {"dense", "moe", "hybrid"}
+    # the recorded command's own output: the refit is the command's fit
+    recorded = json.loads((RESULTS / "vllm_h200_calibrate4" / "calibrate.json").read_text())["engine"]
+    assert fit.family_floor_us == recorded["coefficients"]["graph_floor_us_by_family"]
+    assert fit.efficiency == recorded["coefficients"]["efficiency"]
+    graphs = [abs(fit.predict_ms(r) / r.measured_ms - 1) for r in whole_models.rows() if r.mode == "graphs"]
+    assert sum(graphs) / len(graphs) < 0.10
+    assert refusal(whole_models) is None
+    bands = {(b.family, b.mode): b for b in whole_models.bands()}
+    assert set(bands) == {(f, m) for f in ("dense", "moe", "hybrid") for m in ("graphs", "eager")}
+    assert all(b.basis == "out of sample" and b.points == 2 for b in bands.values())
+    assert bands[("moe", "graphs")].mean_abs < 0.15
+    assert whole_models.unmeasured() == ["quantized weight formats (the runs are BF16: their backends' rates stay "
+                                         "the tables')"]
+
+
+def test_models_cut_to_a_few_layers_are_refused():
+    """Qwen3-30B-A3B cut to 8 layers and Nemotron-3-Nano to 13: vLLM's per-step work beside so few layers
+    pushed the floors to the ends of the search; the command refuses to save such a fit."""
+    from roofline.live.engine_calibrate import refusal
+
+    reason = refusal(refit("vllm_h200_calibrate3"))
+    assert reason and "bound of its search" in reason and "graph floor" in reason
+
+
+@pytest.mark.parametrize("step_ms,words", [(1e-9, "faster than reading its bytes"), (9e6, "slower than any engine")])
+def test_impossible_timings_are_refused(step_ms, words):
+    from roofline.live.engine_calibrate import refusal
+
+    def edit(runs):
+        runs[0]["measured_ms"] = step_ms
+
+    reason = refusal(refit("vllm_h200_calibrate4", edit))
+    assert reason and words in reason and "qwen3-8b graphs batch 1" in reason
+
+
+def test_steps_that_disagree_are_refused():
+    """Every MoE graph step 3x slower than measured: no coefficient reconciles them with the rest."""
+    from roofline.live.engine_calibrate import refusal
+
+    def edit(runs):
+        for run in runs:
+            if run["model"] == "qwen3-30b-a3b" and run["mode"] == "graphs" and run["batch"] == 1:
+                run["measured_ms"] *= 3
+
+    assert refusal(refit("vllm_h200_calibrate4", edit)) is not None
+
+
+def saved_entry(tmp_path, monkeypatch, calibration, key="h200-here"):
+    from roofline.live.calibrate import save_entry
+    from roofline.live.engine_calibrate import engine_fields
+    from roofline.predict.hardware import get_hardware
+
+    recorded = json.loads((RESULTS / "vllm_h200_calibrate4" / "calibrate.json").read_text())
+    entry = {"name": "NVIDIA H200 (calibrated)", "bandwidth_gbps": recorded["bandwidth_gbps"],
+             "bandwidth_source": "measured", "bandwidth_kind": "measured", "memory_gb": 150.0,
+             "usable_memory_gb": 135.0, "compute_capability": "9.0", "tensor_tflops": recorded["gemm_tflops"],
+             "host": "x86_server", "efficiency": 0.8, "efficiency_kind": "prior", "efficiency_source": "prior"}
+    entry |= engine_fields(calibration, recorded["bandwidth_gbps"])
+    path = tmp_path / "hardware.toml"
+    monkeypatch.setenv("ROOFLINE_HARDWARE_FILE", str(path))
+    save_entry(key, entry, str(path))
+    return get_hardware(key)
+
+
+def test_the_entry_prices_each_family_with_its_own_floor_and_band(tmp_path, monkeypatch, whole_models):
+    from roofline.predict.bands import band_for
+    from roofline.predict.launch import launch_costs
+
+    hardware = saved_entry(tmp_path, monkeypatch, whole_models)
+    for family, floor in whole_models.fit.family_floor_us.items():
+        assert launch_costs(hardware, family=family).graph_floor_us_per_kernel == floor
+    assert hardware.layer_python_launches == {"moe": whole_models.fit.moe_equiv, "mamba": whole_models.fit.mamba_equiv}
+    moe = load_inventory(str(MODELS / "qwen3-30b-a3b"))
+    band = band_for(moe, hardware, graphs=True)
+    own = next(b for b in whole_models.bands() if (b.family, b.mode) == ("moe", "graphs"))
+    assert band.exact and band.validated_on == "h200-here" and band.error == pytest.approx(own.mean_abs, abs=1e-4)
+    assert "calibrate --engine vllm" in band.text() and not band.widened
+
+
+def test_a_class_the_entry_never_measured_says_so(tmp_path, monkeypatch, whole_models):
+    from roofline.predict.bands import band_for
+
+    whole_models = copy.copy(whole_models)
+    whole_models.runs = [r for r in whole_models.runs if r.model != "nemotron-3-nano"]
+    hardware = saved_entry(tmp_path, monkeypatch, whole_models, key="no-hybrid")
+    hybrid = load_inventory(str(MODELS / "nemotron-3-nano"))
+    band = band_for(hybrid, hardware, graphs=True)
+    assert band is not None and not band.exact and band.widened  # the nearest validated class, widened
+    assert "never hybrid graphs" in band.text()
+
+
+def test_eager_prices_the_entrys_layer_python(tmp_path, monkeypatch, whole_models):
+    from roofline.predict.hardware import get_hardware
+    from roofline.predict.step import StepConfig, price_step
+
+    hardware = saved_entry(tmp_path, monkeypatch, whole_models)
+    hybrid = load_inventory(str(MODELS / "nemotron-3-nano"))
+    mine = price_step(hybrid, hardware, StepConfig(graphs=False))
+    table = price_step(hybrid, get_hardware("h200"), StepConfig(graphs=False))
+    mamba_layers = sum(1 for r in hybrid.shape.recurrent if r.kind == "mamba")
+    launches = lambda step: sum(s.eager_kernels + s.host_equiv for stage in step.main.stages for s in stage)  # noqa
+    from roofline.data import load_table
+
+    python = load_table("kernels")["python"]
+    moe_layers = len({m.layer for m in hybrid.modules if m.role == "moe_experts"})
+    expected = (whole_models.fit.mamba_equiv - python["mamba"]["eager_host_equiv"]) * mamba_layers \
+        + (whole_models.fit.moe_equiv - python["moe"]["eager_host_equiv"]) * moe_layers
+    assert launches(mine) - launches(table) == pytest.approx(expected)
+
+
+def test_a_model_too_large_for_the_device_is_skipped_and_none_left_is_one_line():
+    from roofline.live.engine_calibrate import calibrate_engine
+    from roofline.predict.hardware import get_hardware
+
+    small = get_hardware("h200")
+    small = type(small)(**{**small.__dict__, "memory_gb": 4.0, "usable_memory_gb": 3.6})
+    with pytest.raises(RooflineError, match="no shape fits this device's memory"):
+        calibrate_engine(small, "cuda", ("qwen3-8b", "nemotron-3-nano"))
