@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from roofline.errors import RooflineError
 from roofline.files import write_json
 
+from .child import module_command
+
 ENV = "ROOFLINE_CAPTURE"  # the plugin's switch (roofline/hooks/plugin.py)
 PLUGIN_NAME = "roofline_capture"
 
@@ -56,7 +58,7 @@ def run_capture(model: str, vllm_args: list[str], out: str, *, timeout: float = 
         target = os.path.join(work, "capture.json")
         child_env = dict(os.environ if env is None else env)
         child_env[ENV] = target
-        command = [python or sys.executable, "-m", "roofline.live.capture", model, *vllm_args]
+        command = module_command("roofline.live.capture", [model, *vllm_args], python)
         tail = _run_child(command, child_env, timeout, verbose, os.path.join(work, "vllm.log"))
         if not os.path.isfile(target) and not any(n.startswith("capture.rank") for n in os.listdir(work)):
             raise RooflineError("vLLM loaded the model but the roofline plugin wrote nothing "

