@@ -7,6 +7,8 @@ allow_nan=False (NaN and Infinity are not JSON); TOML with tomli-w (tomllib read
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -16,14 +18,25 @@ import tomllib
 from roofline.errors import RooflineError
 
 
-def _atomic(path: str, data: bytes, check) -> str:
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _atomic(path: str, data: bytes, check, make_parent: bool = False) -> str:
+    """`make_parent`: create the folder (the tool's own files); a user's output path whose folder is missing is
+    refused (a typo must not create /nonexistent/dir)."""
     directory = os.path.dirname(os.path.abspath(path))
+    if not make_parent and not os.path.isdir(directory):
+        raise RooflineError(f"{path}: no such directory: {directory}")
     try:
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     except OSError as exc:
         raise RooflineError(f"{path}: cannot write: {exc.strerror or exc}") from None
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would create it: mkstemp's 0600 is for secrets
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -49,13 +62,13 @@ def json_bytes(value, where: str, indent: int | None = None) -> bytes:
         raise RooflineError(f"{where}: cannot write as JSON ({exc})") from None
 
 
-def write_json(path: str, value, indent: int | None = 2) -> str:
+def write_json(path: str, value, indent: int | None = 2, make_parent: bool = False) -> str:
     data = json_bytes(value, path, indent) + b"\n"
 
     def check(raw: bytes) -> None:
         if json.loads(raw) != json.loads(data):
             raise RooflineError(f"{path}: the JSON written does not read back as written")
-    return _atomic(path, data, check)
+    return _atomic(path, data, check, make_parent)
 
 
 def toml_bytes(table: dict, where: str, header: str = "") -> bytes:
@@ -70,7 +83,7 @@ def toml_bytes(table: dict, where: str, header: str = "") -> bytes:
     return ((header + "\n") if header else "").encode("utf-8") + text.encode("utf-8")
 
 
-def write_toml(path: str, table: dict, header: str = "") -> str:
+def write_toml(path: str, table: dict, header: str = "", make_parent: bool = False) -> str:
     data = toml_bytes(table, path, header)
 
     def check(raw: bytes) -> None:
@@ -80,7 +93,24 @@ def write_toml(path: str, table: dict, header: str = "") -> str:
             raise RooflineError(f"{path}: the TOML written does not read back ({exc})") from None
         if back != table:
             raise RooflineError(f"{path}: the TOML written does not read back as written")
-    return _atomic(path, data, check)
+    return _atomic(path, data, check, make_parent)
+
+
+@contextlib.contextmanager
+def locked(path: str):
+    """An exclusive lock for updating `path` in place (read, change, write): held on `path`.lock beside it, so
+    that N concurrent writers keep N changes; whoever holds it re-reads the file under it."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+    except OSError as exc:
+        raise RooflineError(f"{path}: cannot lock for writing: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _check_finite(value, where: str) -> None:

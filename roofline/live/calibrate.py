@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from roofline.errors import RooflineError
-from roofline.files import write_toml
+from roofline.files import locked, write_toml
 from roofline.predict.hardware import check_entries, read_user_entries, user_hardware_file
 from roofline.untrusted import printable
 
@@ -271,11 +271,11 @@ def save_entry(key: str, entry: dict, path: str | None = None) -> str:
     checked like any catalogue entry, the file written with a TOML writer, atomically, and read back."""
     path = path or user_hardware_file()
     key = check_key(key)
-    table: dict = {}
-    if os.path.exists(path):
-        table = read_user_entries(path)
-    table[key] = entry
     check_entries({key: entry}, f"--save {key}")
-    write_toml(path, table, header="# roofline user hardware entries (written by `roofline calibrate --save`).\n"
-                                   "# Same fields as roofline/data/hardware.toml; entries here add to that catalogue.")
+    with locked(path):  # another calibrate saving another key at the same time keeps its entry
+        table: dict = read_user_entries(path) if os.path.exists(path) else {}
+        table[key] = entry
+        write_toml(path, table, make_parent=True,
+                   header="# roofline user hardware entries (written by `roofline calibrate --save`).\n"
+                          "# Same fields as roofline/data/hardware.toml; entries here add to that catalogue.")
     return path
