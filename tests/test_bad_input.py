@@ -278,3 +278,24 @@ def test_absurd_config_sizes_are_refused_before_building(tmp_path, base, change,
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: config.json: ") and message in proc.stderr, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+CT_GROUP = {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "group_size": 128, "strategy": "group"}}
+
+
+@pytest.mark.parametrize("quantization,key", [
+    ({"quant_method": "compressed-tensors", "config_groups": [CT_GROUP]}, "$.config_groups"),
+    ({"quant_method": "compressed-tensors",
+      "config_groups": {"group_0": {**CT_GROUP, "weights": {"num_bits": "4"}}}}, "num_bits"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": CT_GROUP}, "ignore": "lm_head"}, "$.ignore"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": "lm_head"}, "$.exclude_modules"),
+    ({"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": ["a"]}, "quantized_layers"),
+    ({"quant_method": "fp8", "weight_block_size": "128"}, "$.weight_block_size"),
+    ({"quant_method": "mxfp4", "modules_to_not_convert": {"a": 1}}, "$.modules_to_not_convert"),
+    ({"quant_method": "awq", "bits": "four"}, "$.bits"),
+])
+def test_a_wrong_typed_quantization_config_is_one_line(tmp_path, quantization, key):
+    """Every quantization format roofline reads is checked against its schema before use (#36)."""
+    write_checkpoint(tmp_path / "m", {**CONFIG, "quantization_config": quantization})
+    for command in ("audit", "capacity"):
+        assert_one_line_error(run(command, str(tmp_path / "m")), "quantization config", key)

@@ -20,6 +20,9 @@ import re
 from dataclasses import dataclass, field
 
 from roofline.errors import RooflineError
+from roofline.schema import checked
+
+from .quant_schema import SCHEMAS
 
 from .inventory import QuantSummary
 from .roles import NOT_READ_IN_TEXT_DECODE, roles_where
@@ -280,6 +283,9 @@ def _parse_one(q: dict, config_file: str) -> QuantConfig:
     method = str(q.get("quant_method") or "").lower()
     if not method and ("quantization" in q or (q.get("producer") or {}).get("name") == "modelopt"):
         method = "modelopt"
+    family = "modelopt" if method.startswith("modelopt") else method
+    if family in SCHEMAS:  # the fields read below, checked: a wrong type is one line naming the key
+        checked(q, SCHEMAS[family], f"{config_file}: quantization config")
     if method == "compressed-tensors":
         cfg = _compressed_tensors(q)
     elif method == "modelopt" or method.startswith("modelopt"):
