@@ -75,6 +75,38 @@ def test_models_body_that_never_ends_or_drips(routes, needle):
     assert elapsed < 15, elapsed
 
 
+def _drip_bytes(data: bytes, every_s: float = 1.0):
+    def behave(send):
+        for i in range(len(data)):
+            send(data[i:i + 1])
+            time.sleep(every_s)
+    return behave
+
+
+def _head_that_drips(send):  # the status line at once, then a header one byte a second
+    send(b"HTTP/1.1 200 OK\r\n")
+    _drip_bytes(b"X-Slow: " + b"a" * 100)(send)
+
+
+def _status_line_that_drips(send):
+    _drip_bytes(b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 100)(send)
+
+
+@pytest.mark.parametrize("command", ["bench", "doctor"])
+@pytest.mark.parametrize("behave", [_head_that_drips, _status_line_that_drips], ids=["headers", "status-line"])
+def test_a_server_that_drips_its_head_is_cut_off_at_the_deadline(command, behave):
+    """The deadline runs from connect to the last byte: http.client's own reading of the status line and
+    headers included (#36)."""
+    with HostileServer({"/v1/models": behave}) as server:
+        started = time.monotonic()
+        args = ("--no-bench", "--hardware", "gb10") if command == "doctor" else ()
+        proc = roofline(command, "--url", f"{server.url}/v1", "--timeout", "3", *args)
+        elapsed = time.monotonic() - started
+    assert elapsed < 15, elapsed
+    assert proc.returncode != 0 and b"Traceback" not in proc.stderr
+    assert b"within 3 s" in proc.stderr or b"after 3 s" in proc.stderr, proc.stderr
+
+
 def test_metrics_that_drip_end_at_the_deadline():
     routes = {"/v1/models": json_answer({"data": [{"id": "m", "root": str(QWEN)}]}),
               "/metrics": drip(b"# TYPE x counter\n" * 100, every_s=0.2)}

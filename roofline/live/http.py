@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import threading
 import time
 import urllib.parse
 from typing import Annotated
@@ -84,6 +85,10 @@ class Connection:
         self.conn = cls(self.host, self.port, timeout=timeout_s)
         self.sock: socket.socket | None = None
         self.last_data = time.monotonic()
+        # the deadline also covers what http.client reads by itself (the status line and headers, byte by byte
+        # if the server drips them): when it passes, the socket is shut and every read ends
+        self.expired = False
+        self.watchdog: threading.Timer | None = None
 
     def where(self) -> str:
         return f"{self.host}:{self.port}"
@@ -95,11 +100,23 @@ class Connection:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         try:
+            if self.watchdog is None:
+                self.watchdog = threading.Timer(max(0.0, self.deadline.left()), self._expire)
+                self.watchdog.daemon = True
+                self.watchdog.start()
             self.conn.connect()
             self.sock = self.conn.sock  # kept: http.client drops its own reference on Connection: close
+            if self.expired:
+                self._expire()
             self.arm()
             self.conn.request(method, self.base + path, body=data, headers=headers)
-            return self.conn.getresponse()
+            response = self.conn.getresponse()
+            if self.expired:
+                raise socket.timeout
+            return response
+        except (socket.timeout, TimeoutError, http.client.HTTPException, OSError) if self.expired else () as exc:
+            raise RooflineError(f"no complete answer from {self.where()} within {self.timeout_s:g} s "
+                                f"({exc.__class__.__name__} when the deadline passed)") from None
         except ConnectionRefusedError:
             raise RooflineError(f"connection refused by {self.where()}: is the server running?") from None
         except (socket.timeout, TimeoutError):
@@ -110,6 +127,14 @@ class Connection:
         except (socket.gaierror, OSError) as exc:
             raise RooflineError(f"cannot reach {printable(redact_url(self.url))}: "
                                 f"{printable(exc.strerror or exc, 120)}") from None
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self.sock is not None:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def arm(self) -> None:
         """The socket's read timeout: what is left of the deadline (at least a millisecond)."""
@@ -128,6 +153,12 @@ class Connection:
             if time.monotonic() - self.last_data < self.timeout_s / 2:
                 raise Overrun(f"{what}: still arriving after {self.timeout_s:g} s; giving up") from None
             raise Overrun(f"{what}: no more data from {self.where()} within the {self.timeout_s:g} s timeout", stalled=True) from None
+        except (OSError, http.client.HTTPException):
+            if self.expired:  # the watchdog shut the socket: not the end of the body
+                raise Overrun(f"{what}: still arriving after {self.timeout_s:g} s; giving up") from None
+            raise
+        if self.expired:  # an empty read after the watchdog shut the socket is not the end of the body
+            raise Overrun(f"{what}: still arriving after {self.timeout_s:g} s; giving up")
         self.last_data = time.monotonic()
         return piece
 
@@ -164,6 +195,8 @@ class Connection:
                 raise Overrun(f"{what}: a line longer than {limit // 1024} KiB without an end")
 
     def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.cancel()
         self.conn.close()
         if self.sock is not None:
             self.sock.close()
