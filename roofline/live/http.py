@@ -149,18 +149,22 @@ class Connection:
         try:
             piece = resp.read1(READ_SIZE)
         except (socket.timeout, TimeoutError):
-            # data was still flowing when the deadline cut the read short: a slow stream, not a stall
-            if time.monotonic() - self.last_data < self.timeout_s / 2:
-                raise Overrun(f"{what}: still arriving after {self.timeout_s:g} s; giving up") from None
-            raise Overrun(f"{what}: no more data from {self.where()} within the {self.timeout_s:g} s timeout", stalled=True) from None
+            raise self._cut_short(what) from None
         except (OSError, http.client.HTTPException):
             if self.expired:  # the watchdog shut the socket: not the end of the body
-                raise Overrun(f"{what}: still arriving after {self.timeout_s:g} s; giving up") from None
+                raise self._cut_short(what) from None
             raise
         if self.expired:  # an empty read after the watchdog shut the socket is not the end of the body
-            raise Overrun(f"{what}: still arriving after {self.timeout_s:g} s; giving up")
+            raise self._cut_short(what)
         self.last_data = time.monotonic()
         return piece
+
+    def _cut_short(self, what: str) -> Overrun:
+        """The deadline cut a read short: data still flowing is a slow stream, silence a stall."""
+        if time.monotonic() - self.last_data < self.timeout_s / 2:
+            return Overrun(f"{what}: still arriving after {self.timeout_s:g} s; giving up")
+        return Overrun(f"{what}: no more data from {self.where()} within the {self.timeout_s:g} s timeout",
+                       stalled=True)
 
     def read_body(self, resp: http.client.HTTPResponse, what: str, limit: int) -> bytes:
         """The whole body, refused past `limit` bytes or past the deadline."""
