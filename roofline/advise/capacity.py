@@ -233,14 +233,16 @@ def recurrent_workspace_bytes(cfg: dict, kinds: set[str], dtype: int) -> float:
         heads, head_dim = config_int(cfg, "mamba_num_heads", default=0), config_int(cfg, "mamba_head_dim", default=0)
         state, groups = config_int(cfg, "ssm_state_size", default=0), config_int(cfg, "n_groups", default=1)
         inner, chunk = heads * head_dim, config_int(cfg, "chunk_size", default=256) or 256
-        conv = inner + 2 * groups * state
-        sizes.append((inner + conv + heads + conv + inner) * dtype + heads * head_dim * state * 4 / chunk)
+        conv = inner + 2 * groups * state  # x, B, C
+        projection, output = inner + conv + heads, inner  # z, xBC, dt; y
+        sizes.append((projection + conv + output) * dtype + heads * head_dim * state * 4 / chunk)
     if "gdn" in kinds:  # Gated DeltaNet (Qwen3-Next, Qwen3.5/3.6): in_proj_qkvz + ba -> conv(qkv) -> core
         key = config_int(cfg, "linear_num_key_heads", default=0) * config_int(cfg, "linear_key_head_dim", default=0)
         v_heads, v_dim = config_int(cfg, "linear_num_value_heads", default=0), config_int(
             cfg, "linear_value_head_dim", default=0)
         value = v_heads * v_dim
-        sizes.append((2 * key + 2 * value + 2 * v_heads + 2 * key + value + value) * dtype
+        projection, conv, output = 2 * key + 2 * value + 2 * v_heads, 2 * key + value, value  # qkvz + ba; qkv; o
+        sizes.append((projection + conv + output) * dtype
                      + v_heads * config_int(cfg, "linear_key_head_dim", default=0) * v_dim * 4 / GDN_CHUNK_TOKENS)
     return max(sizes)
 

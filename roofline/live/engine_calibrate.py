@@ -27,7 +27,7 @@ from msgspec import Meta
 
 from roofline.data import load_table
 from roofline.errors import RooflineError
-from roofline.predict.bands import model_family
+from roofline.predict.bands import model_family, uncalibrated_error
 from roofline.predict.step import compute_utilization
 from roofline.schema import checked
 from roofline.untrusted import printable
@@ -314,7 +314,7 @@ def refusal(calibration: EngineCalibration) -> str | None:
     slowest engine the search can express; a coefficient at a bound of its search (the data asked for more
     than the model can say); a class whose error in sample exceeds the band a GPU without its own fit gets."""
     fit, rows = calibration.fit, calibration.rows()
-    grids = engine_fit
+    grids = engine_fit  # the searched grids' ends
     for row in rows:
         fastest = row.graphs_s(grids.EFFICIENCIES[-1], 0.0, 1.0) * 1e3
         slowest = 10 * row.eager_s(grids.EFFICIENCIES[0], grids.FLOORS_US[-1], grids.UTILIZATIONS[0],
@@ -345,22 +345,15 @@ def refusal(calibration: EngineCalibration) -> str | None:
 
 
 def in_sample_errors(calibration: EngineCalibration) -> list[tuple[str, str, float, float]]:
-    """(family, mode, mean |error| in sample, the largest band a GPU without its own fit gets for the class:
-    the widest validated class of that family and mode, widened by the transfer error and, in eager mode, the
-    host spread; without a validated class, the widest of any)."""
-    table = load_table("validation")
+    """(family, mode, mean |error| in sample, the widest band a GPU without its own fit gets for the class)."""
     out = []
     rows = calibration.rows()
     for family in FAMILIES:
         for mode in MODES[calibration.device]:
             own = [r for r in rows if r.family == family and r.mode == mode]
-            if not own:
-                continue
-            classes = [e["error"] for e in table.get("band", []) if e["family"] == family and e["mode"] == mode] \
-                or [e["error"] for e in table.get("band", [])]
-            limit = max(classes) + table["transfer"]["error"] + (table["host_spread"]["error"] if mode == "eager" else 0)
-            error = sum(abs(calibration.fit.predict_ms(r) / r.measured_ms - 1) for r in own) / len(own)
-            out.append((family, mode, error, limit))
+            if own:
+                error = sum(abs(calibration.fit.predict_ms(r) / r.measured_ms - 1) for r in own) / len(own)
+                out.append((family, mode, error, uncalibrated_error(family, mode)))
     return out
 
 

@@ -100,33 +100,40 @@ class Connection:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         try:
-            if self.watchdog is None:
-                self.watchdog = threading.Timer(max(0.0, self.deadline.left()), self._expire)
-                self.watchdog.daemon = True
-                self.watchdog.start()
-            self.conn.connect()
-            self.sock = self.conn.sock  # kept: http.client drops its own reference on Connection: close
-            if self.expired:
-                self._expire()
-            self.arm()
-            self.conn.request(method, self.base + path, body=data, headers=headers)
-            response = self.conn.getresponse()
-            if self.expired:
-                raise socket.timeout
-            return response
-        except (socket.timeout, TimeoutError, http.client.HTTPException, OSError) if self.expired else () as exc:
-            raise RooflineError(f"no complete answer from {self.where()} within {self.timeout_s:g} s "
-                                f"({exc.__class__.__name__} when the deadline passed)") from None
-        except ConnectionRefusedError:
-            raise RooflineError(f"connection refused by {self.where()}: is the server running?") from None
-        except (socket.timeout, TimeoutError):
-            raise RooflineError(f"no answer from {self.where()} within {self.timeout_s:g} s") from None
-        except http.client.HTTPException as exc:
-            raise RooflineError(f"{self.where()} did not answer HTTP ({exc.__class__.__name__}: "
-                                f"{printable(str(exc), 80)})") from None
-        except (socket.gaierror, OSError) as exc:
-            raise RooflineError(f"cannot reach {printable(redact_url(self.url))}: "
-                                f"{printable(exc.strerror or exc, 120)}") from None
+            return self._send(method, path, data, headers)
+        except (socket.timeout, TimeoutError, http.client.HTTPException, OSError) as exc:
+            raise self._failure(exc) from None
+
+    def _send(self, method: str, path: str, data: bytes | None, headers: dict) -> http.client.HTTPResponse:
+        if self.watchdog is None:
+            self.watchdog = threading.Timer(max(0.0, self.deadline.left()), self._expire)
+            self.watchdog.daemon = True
+            self.watchdog.start()
+        self.conn.connect()
+        self.sock = self.conn.sock  # kept: http.client drops its own reference on Connection: close
+        if self.expired:  # the watchdog fired before there was a socket to shut
+            self._expire()
+        self.arm()
+        self.conn.request(method, self.base + path, body=data, headers=headers)
+        response = self.conn.getresponse()
+        if self.expired:
+            raise socket.timeout
+        return response
+
+    def _failure(self, exc: BaseException) -> RooflineError:
+        """One line for what ended a request before its body."""
+        if self.expired:
+            return RooflineError(f"no complete answer from {self.where()} within {self.timeout_s:g} s "
+                                 f"({exc.__class__.__name__} when the deadline passed)")
+        if isinstance(exc, ConnectionRefusedError):
+            return RooflineError(f"connection refused by {self.where()}: is the server running?")
+        if isinstance(exc, (socket.timeout, TimeoutError)):
+            return RooflineError(f"no answer from {self.where()} within {self.timeout_s:g} s")
+        if isinstance(exc, http.client.HTTPException):
+            return RooflineError(f"{self.where()} did not answer HTTP ({exc.__class__.__name__}: "
+                                 f"{printable(str(exc), 80)})")
+        return RooflineError(f"cannot reach {printable(redact_url(self.url))}: "
+                             f"{printable(getattr(exc, 'strerror', None) or exc, 120)}")
 
     def _expire(self) -> None:
         self.expired = True

@@ -98,12 +98,23 @@ def band_for(inventory: Inventory, hardware: Hardware, graphs: bool, batch: int 
     None: no class of this family and mode was validated anywhere."""
     family, mode = model_family(inventory), "graphs" if graphs else "eager"
     own = _calibrated_band(hardware, family, mode)
-    if own is not None or not hardware.bands:
-        return own or _table_band(inventory, hardware, family, mode, batch)
+    if own is not None:
+        return own
     band = _table_band(inventory, hardware, family, mode, batch)
-    note = (f"{hardware.key} was calibrated on {', '.join(f'{b.family} {b.mode}' for b in hardware.bands)}, "
-            f"never {family} {mode}")
-    return replace(band, note=note) if band else None
+    if band is not None and hardware.bands:  # a calibrated entry that never ran this class says so
+        band = replace(band, note=f"{hardware.key} was calibrated on "
+                                  f"{', '.join(f'{b.family} {b.mode}' for b in hardware.bands)}, never {family} {mode}")
+    return band
+
+
+def uncalibrated_error(family: str, mode: str) -> float:
+    """The widest band a GPU without its own fit can be given for a class: the widest validated class of the
+    family and mode (of any, where none is), widened by the transfer error and, in eager mode, the host spread,
+    as band_for widens the nearest class off the validated GPUs."""
+    table = load_table("validation")
+    classes = [e["error"] for e in table.get("band", []) if e["family"] == family and e["mode"] == mode] \
+        or [e["error"] for e in table.get("band", [])]
+    return max(classes) + table["transfer"]["error"] + (table["host_spread"]["error"] if mode == "eager" else 0.0)
 
 
 def _calibrated_band(hardware: Hardware, family: str, mode: str) -> Band | None:
