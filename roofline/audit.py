@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from roofline.model.formats import PLAIN_FORMATS, format_label
 from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory
+from roofline.model.limits import check_max_model_len
 from roofline.model.roles import roles_where
 from roofline.predict.bands import Band, band_for, band_json
 from roofline.predict.graphs import cuda_graph_summary
@@ -197,6 +198,7 @@ def audit_step_config(scenario: Scenario) -> StepConfig:
 
 def run_audit(inventory: Inventory, scenario: Scenario, hardware: Hardware, *,
               step_config: StepConfig | None = None) -> AuditResult:
+    check_max_model_len(inventory.config, scenario.context, "--context")
     traffic = compute_traffic(inventory, scenario)
     step = price_step(inventory, hardware, step_config or audit_step_config(scenario))
     return AuditResult(inventory, scenario, hardware, traffic, step, group_modules(traffic, is_quantized(inventory)),

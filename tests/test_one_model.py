@@ -56,6 +56,18 @@ def expected(inventory, hardware: str, batch: int, tp: int, graphs: bool) -> flo
     return step.tok_s
 
 
+def assert_serve_line_is_priced(row: dict, tp: int, batch: int) -> None:
+    """A plan row's serve line names exactly the scenario its tok/s priced: context, streams, the KV
+    dtype the row ran, its split, and no flag (speculation) the figures left out."""
+    flags = row["flags"]
+    assert f"--max-model-len={CONTEXT}" in flags
+    assert (f"--max-num-seqs={batch}" in flags) == (batch > 1)
+    kv = [f for f in flags if f.startswith("--kv-cache-dtype")]
+    assert kv == ([f"--kv-cache-dtype={row['kv_cache_dtype']}"] if row["kv_cache_dtype"].startswith("fp8") else [])
+    assert (f"--tensor-parallel-size={tp}" in flags) == (tp > 1)
+    assert not any(f.startswith("--speculative-config") for f in flags), flags
+
+
 def close(reported: float, model: float, what: str) -> None:
     assert reported == pytest.approx(model, rel=TOLERANCE), f"{what}: {reported:.3f} vs the step model's {model:.3f}"
 
@@ -85,12 +97,13 @@ def test_every_command_reports_the_step_model(inventories, kind, hardware):
                        "--formats", "bf16", "--recipe", "default", "--concurrency", str(batch), "--tp", str(tp),
                        "--json")
             top = plan["top_pick"]
-            # the simulated table prices each format as its default-backend row does
+            # the simulated table prices each format as its default-backend row does, TP included
             for simulated in plan["simulated"]:
                 row = next(r for r in plan["recommendations"] if (r["format"], r["recipe"]) ==
                            (simulated["format"], simulated["recipe"]))
-                if tp == 1:
-                    close(simulated["expected_tok_s"], row["single_stream_tok_s"], f"plan simulated table ({at})")
+                close(simulated["expected_tok_s"], row["single_stream_tok_s"], f"plan simulated table TP{tp} ({at})")
+            for row in plan["recommendations"]:
+                assert_serve_line_is_priced(row, tp, batch)
             close(top["single_stream_tok_s"], model[1, tp, True], f"plan 1-stream TP{tp} ({at})")
             close(top["aggregate_tok_s"], model[batch, tp, True], f"plan aggregate TP{tp} ({at})")
         scale_args = ("plan", path, "--hardware", hardware, "--context", str(CONTEXT), "--kv-cache-dtype", KV,
@@ -128,6 +141,55 @@ def test_every_command_reports_the_step_model(inventories, kind, hardware):
             serving = Serving(kv_cache_dtype=KV, context=CONTEXT, graphs=graphs, tp=tp)
             close(predict(inventory, get_hardware(hardware), serving).tok_s, model[1, tp, graphs],
                   f"doctor TP{tp} {'graphs' if graphs else 'eager'} ({kind} on {hardware})")
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_plan_prices_the_kv_cache_dtype_asked_for(inventories, kind):
+    """--kv-cache-dtype auto (plan's default, vLLM's) prices vLLM's auto: the model's dtype, as audit
+    does; FP8 KV is advice priced beside the row, never folded into it unasked."""
+    path = str(REFERENCE / MODELS[kind])
+    scenario = ["--hardware", "h100-sxm", "--context", "32768"]
+    audit = run("audit", path, *scenario, "--batch", "16", "--json")
+    plan = run("plan", path, *scenario, "--formats", "bf16", "--recipe", "default", "--concurrency", "16", "--json")
+    top = plan["top_pick"]
+    assert plan["workload"]["kv_cache_dtype"] == top["kv_cache_dtype"] == "auto"
+    close(top["aggregate_tok_s"], audit["expected_tok_s"], f"plan vs audit at kv auto ({kind})")
+    assert not any(f.startswith("--kv-cache-dtype") for f in top["flags"])
+    offer = next(r for r in top["reasons"] if r.startswith("--kv-cache-dtype fp8 would"))
+    fp8 = run("audit", path, *scenario, "--batch", "16", "--kv-cache-dtype", "fp8", "--json")["expected_tok_s"]
+    gain = float(re.search(r"([+-]\d+)% tok/s at 16 streams", offer).group(1))
+    assert gain == pytest.approx(100 * (fp8 / audit["expected_tok_s"] - 1), abs=0.51)
+
+
+# quantized checkpoints whose format runs weight-only on Hopper (no FP4 tensor cores there)
+WEIGHT_ONLY_ON_HOPPER = ("nvidia__Qwen3-30B-A3B-NVFP4", "openai__gpt-oss-20b")
+
+
+@pytest.mark.parametrize("name", WEIGHT_ONLY_ON_HOPPER)
+def test_weight_only_backends_on_hopper_are_one_price(name):
+    """audit, kernels, compare, validate and plan's as-given row price one backend (vLLM's default for
+    the format on the H100) and one kernel count: kernels once counted the format's default row
+    while the step ran the Marlin path."""
+    from roofline.predict.backends import default_backend
+    from roofline.sources.config import load_config_only
+
+    path = str(REFERENCE / name)
+    inventory = load_config_only(path)
+    hardware = get_hardware("h100-sxm")
+    step = price_step(inventory, hardware, StepConfig(context=4096, kv_cache_dtype=KV))
+    assert step.backend.name == default_backend(inventory.main_format(), hardware).name
+    scenario = ["--hardware", "h100-sxm", "--context", "4096", "--kv-cache-dtype", KV]
+    close(run("audit", path, *scenario, "--json")["expected_tok_s"], step.tok_s, f"audit ({name})")
+    kernels = run("kernels", path, *scenario, "--json")
+    close(kernels["cuda_graph"]["graph_tok_s"], step.tok_s, f"kernels ({name})")
+    assert kernels["kernels"] == step.profile.to_json()
+    compare = run("compare", path, str(REFERENCE / "Qwen__Qwen3-8B"), *scenario, "--json")
+    close(next(r for r in compare["rows"] if r["input"] == path)["expected_tok_s"], step.tok_s, f"compare ({name})")
+    plan = run("plan", path, *scenario, "--formats", "bf16", "--recipe", "default", "--json")
+    given = [r for r in plan["recommendations"] if r["given"]]
+    assert given, plan["notes"]
+    best = next(r for r in given if r["backend"] == step.backend.name)
+    close(best["single_stream_tok_s"], step.tok_s, f"plan as given ({name})")
 
 
 def test_doctor_cli_on_a_capture_reports_the_step_model():

@@ -3,6 +3,8 @@ facts of BRIEF §2 / §7 reproduced from the reference configs."""
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -92,9 +94,30 @@ def test_hybrid_with_bf16_gdn_fp8_competitive(qwen36, qwen3_8b):
     text = " ".join(nv.reasons)
     assert "linear_attn.in_proj_qkv stays BF16" in text and "over FP8" in text
     assert "keep CUDA graphs on" in text
-    assert "MTP competes with 4-bit weights" in text
     fp8_row = next(r for r in plan.recommendations if r.format == "fp8")
-    assert any(f.startswith("--speculative-config=") for f in fp8_row.flags)
+    # MTP is offered priced, never folded into a row: the serve line is what the row's tok/s priced
+    assert not any(f.startswith("--speculative-config") for r in plan.recommendations for f in r.flags)
+    for row in (nv, fp8_row):
+        said = next(r for r in row.reasons if "ships MTP layers" in r)
+        assert 0 < float(re.search(r"above (\d+)% acceptance", said).group(1)) < 100, said
+
+
+def test_plan_mtp_break_even_is_the_priced_one(qwen36):
+    """The break-even the row prints is where the step model's speculative tok/s crosses the row's."""
+    from roofline.advise.recommend import row_config, Workload
+    from roofline.predict.speculation import per_token_acceptance
+    from roofline.predict.step import price_step
+
+    plan = build_plan(qwen36, GB10, formats=["fp8"], recipes=["default"], context=1024)
+    row = plan.top
+    said = next(r for r in row.reasons if "ships MTP layers" in r)
+    rate = float(re.search(r"above (\d+)% acceptance", said).group(1)) / 100
+    sim = plan.simulated[0].inventory
+    config = row_config(Workload(context=1024), row.backend, row.kv_cache_dtype, GB10, 1)
+    def tok_s(vllm_rate):
+        a = per_token_acceptance(draft_tokens=2, acceptance_rate=vllm_rate)
+        return price_step(sim, GB10, replace(config, speculative_tokens=2, acceptance_rate=a)).tok_s
+    assert tok_s(rate - 0.02) < row.single_stream_tok_s < tok_s(rate + 0.02)
 
 
 def test_memory_fit(qwen36):

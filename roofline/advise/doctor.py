@@ -29,6 +29,7 @@ from roofline.predict.backends import backend_named, backends_for
 from roofline.predict.hardware import Hardware
 from roofline.predict.launch import graphs_apply
 from roofline.predict.serving import Serving
+from roofline.predict.speculation import break_even, vllm_acceptance_rate
 from roofline.predict.step import price_step
 from roofline.predict.traffic import Traffic, compute_traffic
 
@@ -198,30 +199,10 @@ def _backend(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
 
 
 def break_even_acceptance(inventory: Inventory, hardware: Hardware, serving: Serving) -> float | None:
-    """The per-draft-token acceptance at which speculation neither gains nor loses; 0.0 when it
-    gains at any acceptance (a draft that reads no weights), None when it never pays."""
+    """The per-draft-token acceptance at which this server's speculation neither gains nor loses
+    (roofline.predict.speculation.break_even)."""
     plain = predict(inventory, hardware, replace(serving, speculative_tokens=0, acceptance=0.0)).tok_s
-
-    def gain(a: float) -> float:
-        return predict(inventory, hardware, replace(serving, acceptance=a)).tok_s - plain
-    if gain(0.0) >= 0:
-        return 0.0
-    if gain(0.999) < 0:
-        return None
-    low, high = 0.0, 0.999
-    for _ in range(40):
-        mid = (low + high) / 2
-        low, high = (mid, high) if gain(mid) < 0 else (low, mid)
-    return high
-
-
-def vllm_acceptance(per_token: float, draft_tokens: int) -> float:
-    """Per-token chance -> vLLM's acceptance rate (accepted / draft tokens)."""
-    if draft_tokens <= 0:
-        return 0.0
-    if per_token >= 1.0:
-        return 1.0
-    return per_token * (1.0 - per_token ** draft_tokens) / (1.0 - per_token) / draft_tokens
+    return break_even(lambda a: predict(inventory, hardware, replace(serving, acceptance=a)).tok_s, plain)
 
 
 def _speculation(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
@@ -231,8 +212,8 @@ def _speculation(inventory: Inventory, serving: Serving, ctx: Context) -> list[F
     if even is not None and serving.acceptance >= even:
         return []
     n = serving.speculative_tokens
-    fields = {"acceptance": vllm_acceptance(serving.acceptance, n),
-              "break_even": vllm_acceptance(even, n) if even is not None else 1.0}
+    fields = {"acceptance": vllm_acceptance_rate(serving.acceptance, n),
+              "break_even": vllm_acceptance_rate(even, n) if even is not None else 1.0}
     return [Fix("speculative_below_break_even", ctx.evidence.get("speculative", f"{n} draft tokens"), fields,
                 lambda inv, s: (inv, replace(s, speculative_tokens=0, acceptance=0.0)))]
 

@@ -13,6 +13,7 @@ plain-language form of the rules that fired.
 """
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass, field, replace
 
@@ -22,16 +23,18 @@ from roofline.errors import RooflineError
 from roofline.model.formats import PLAIN_FORMATS, format_label, get_format
 from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory
+from roofline.model.limits import check_max_model_len
 from roofline.model.naming import base_model_name
 from roofline.model.roles import role_properties
 from roofline.predict.backends import Backend, backends_for
 from roofline.predict.bands import band_for, band_json
 from roofline.predict.hardware import Hardware
+from roofline.predict.speculation import break_even, vllm_acceptance_rate
 from roofline.predict.step import StepConfig, StepTime, price_step
 from roofline.predict.topology import SINGLE, Topology, kv_split, sharing_ranks, tensor_parallel_placement, tp_refusal
-from roofline.predict.traffic import ROUTINGS, Scenario, Traffic, compute_traffic
+from roofline.predict.traffic import ROUTINGS, Scenario, Traffic, compute_traffic, kv_dtype_and_bytes
 
-from .serve import parallel_flags, ray_setup, workload_flags
+from .serve import parallel_flags, ray_setup, unified_memory_flags, workload_flags
 from .simulate import get_recipe, producer, simulate, simulate_all
 from .ties import Evidence, break_ties, tolerance
 
@@ -46,7 +49,7 @@ def rules() -> dict:
 class Workload:
     concurrency: int = 1
     context: int = 4096
-    kv_cache_dtype: str = "auto"  # auto: fp8 where the rules say so and the device has FP8
+    kv_cache_dtype: str = "auto"  # as vLLM's --kv-cache-dtype: auto is the model's dtype
     memory_budget_gb: float | None = None
     tp: int = 1
     link: str | None = None
@@ -122,7 +125,7 @@ class Recommendation:
 
 # --------------------------------------------------------------------------- pricing
 
-def row_config(workload: "Workload", backend: Backend, kv: str, hardware: Hardware, batch: int) -> StepConfig:
+def row_config(workload: "Workload", backend: Backend | None, kv: str, hardware: Hardware, batch: int) -> StepConfig:
     """The serving configuration of one plan row at `batch` sequences (CUDA graphs on)."""
     topology, placement = SINGLE, None
     if workload.tp > 1:
@@ -198,7 +201,9 @@ def _checkpoint_name(base: Inventory, target: str, recipe: str) -> tuple[str, st
         return base.model_id, ""
     name = base_model_name(base.model_id)
     made = producer(target)
-    return f"./{name}-{made.suffix or target}", f"{made.tool}; recipe {recipe}"
+    # one folder per (format, recipe): two recipes of one format never write the same folder
+    folder = f"./{name}-{made.suffix or target}" + ("" if recipe == "default" else f"-{recipe}")
+    return folder, f"{made.tool}; recipe {recipe}"
 
 
 # the recipe column of the rows that price the checkpoint the user gave, as it is
@@ -216,17 +221,13 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
     simulated = simulated or {}
     workload = workload.validate()
     notes: list[str] = []
-    if workload.tp > 1:
-        refusal = tp_refusal(base.config, workload.tp)
-        if refusal:
-            raise RooflineError(f"--tp {workload.tp}: vLLM refuses this split of {base.model_id}: {refusal}")
-        tensor_parallel_placement(hardware, workload.tp, workload.link)  # the link refuses it in one line
+    _check_split(base, hardware, workload)
     results: list[Recommendation] = []
     seen: dict[tuple, str] = {}
     sims: dict[tuple[str, str], tuple[Inventory, Traffic]] = {}
     def rows(sim: Inventory, owner: Inventory, fmt: str, recipe_name: str, unservable: str) -> list[Recommendation]:
         """One row per vLLM backend for `fmt` on this hardware, priced on `sim` (note when there is none)."""
-        kv = plan_kv_dtype(sim, workload.kv_cache_dtype, workload.context, hardware)
+        kv = workload.kv_cache_dtype
         traffic1 = compute_traffic(sim, Scenario(batch=1, context=workload.context, kv_cache_dtype=kv))
         sims[(fmt, recipe_name)] = (sim, traffic1)
         candidates = backends_for(fmt, hardware)
@@ -272,6 +273,15 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
     return results, notes
 
 
+def _check_split(base: Inventory, hardware: Hardware, workload: Workload) -> None:
+    """A --tp split vLLM refuses (heads, experts), or no link can carry, is one line."""
+    if workload.tp > 1:
+        refusal = tp_refusal(base.config, workload.tp)
+        if refusal:
+            raise RooflineError(f"--tp {workload.tp}: vLLM refuses this split of {base.model_id}: {refusal}")
+        tensor_parallel_placement(hardware, workload.tp, workload.link)  # the link refuses it in one line
+
+
 def tie_tolerance(base: Inventory, hardware: Hardware, workload: "Workload") -> tuple[float, str]:
     """The tie tolerance of this plan: the validated band of its class (family, device, mode, format,
     concurrency), ties.tolerance."""
@@ -291,18 +301,40 @@ def _without_copies_of_given(results: list[Recommendation]) -> list[Recommendati
     return [r for r in results if r.given or not repeats(r)]
 
 
-def plan_kv_dtype(sim: Inventory, requested: str, context: int, hardware: Hardware) -> str:
-    """The KV dtype a plan row runs: the one asked for; for "auto", fp8 where the device has FP8 and
-    the KV cache is at least rules.toml [kv_cache] min_share of the bytes per token, else vLLM's auto."""
-    if requested != "auto":
-        return requested
-    worth = _kv_share(sim, context) >= rules()["kv_cache"]["min_share"]
-    return "fp8" if hardware.supports("fp8") and worth else "auto"
-
-
 def _kv_share(sim: Inventory, context: int) -> float:
     traffic = compute_traffic(sim, Scenario(batch=1, context=context))
     return traffic.kv_bytes_per_token / traffic.bytes_per_token if traffic.bytes_per_token else 0.0
+
+
+def _priced_options(sim: Inventory, hardware: Hardware, config: StepConfig, tok_s: float) -> list[str]:
+    """What a flag this row does not carry would buy, each priced by the step model at the row's own
+    scenario (rules.toml [kv_cache], [speculative]): said as advice, never folded into the row's
+    figures or its serve line."""
+    cfg, out = rules(), []
+    n, context = config.batch, config.context
+    resolved, _ = kv_dtype_and_bytes(sim, config.scenario(1))
+    share = _kv_share(sim, context)
+    if resolved.startswith("fp8") and config.kv_cache_dtype.startswith("fp8"):
+        out.append(cfg["kv_cache"]["reason_asked"].format(share=100 * share, context=context))
+    elif not resolved.startswith("fp8") and hardware.supports("fp8") and share >= cfg["kv_cache"]["min_share"]:
+        fp8 = price_step(sim, hardware, replace(config, kv_cache_dtype="fp8")).tok_s
+        out.append(cfg["kv_cache"]["reason"].format(share=100 * share, context=context, gain=100 * (fp8 / tok_s - 1),
+                                                    streams=_streams(n)))
+    spec = cfg["speculative"]
+    if sim.shape.mtp_layers and not config.speculative_tokens:
+        draft = json.loads(spec["config"])["num_speculative_tokens"]
+        even = break_even(lambda a: price_step(sim, hardware, replace(config, speculative_tokens=draft,
+                                                                      acceptance_rate=a)).tok_s, tok_s)
+        if even is None:
+            out.append(spec["reason_never"].format(config=spec["config"], streams=_streams(n)))
+        else:
+            out.append(spec["reason"].format(config=spec["config"], streams=_streams(n),
+                                             break_even=100 * vllm_acceptance_rate(even, draft)))
+    return out
+
+
+def _streams(n: int) -> str:
+    return "1 stream" if n == 1 else f"{n} streams"
 
 
 def _evaluate(base: Inventory, sim: Inventory, traffic1: Traffic, hardware: Hardware, workload: Workload, fmt: str,
@@ -330,30 +362,16 @@ def _evaluate(base: Inventory, sim: Inventory, traffic1: Traffic, hardware: Hard
         resident_gb=resident, kv_cache_gb=cache / 1e9, budget_gb=budget, fits=fits, kv_cache_dtype=kv,
         checkpoint=checkpoint, quantize_with=quantize_with)
     flags = workload_flags(context, n, kv)
-    if kv.startswith("fp8"):
-        rec.reasons.append(cfg["kv_cache"]["reason"].format(share=100 * _kv_share(sim, context), context=context))
+    rec.reasons += _priced_options(sim, hardware, replace(config, batch=n), at_n.tok_s)
     if backend.linear_backend:
         flags.append(f"--linear-backend={backend.linear_backend}")
     if backend.moe_backend and sim.shape.num_experts:
         flags.append(f"--moe-backend={backend.moe_backend}")
     if workload.memory_budget_gb:
         flags.append(f"--gpu-memory-utilization={min(0.95, workload.memory_budget_gb / hardware.usable_memory_gb):.2f}")
-    unified = load_table("serving")["unified"]
-    if hardware.key in unified["hardware"]:
-        # vLLM's memory profile misjudges a unified-memory box (serving.toml [unified]): a fixed KV budget
-        kv_bytes = int(hardware.usable_memory_gb * 1e9 * (1 - unified["safety_margin"]) - weights_on_rank
-                       - memory_cfg["overhead_gb"] * 1e9)
-        if kv_bytes > 0:
-            flags.append(f"--kv-cache-memory-bytes={kv_bytes}")
+    flags += unified_memory_flags(hardware, weights_on_rank)
     boxes = single.placement.boxes
     flags += parallel_flags(config.topology, boxes) if workload.tp > 1 else []
-    spec = cfg["speculative"]
-    if sim.shape.mtp_layers:
-        if get_format(fmt).weights >= spec["max_weight_bits_for_mtp"]:
-            flags.append(f"--speculative-config={spec['config']}")
-            rec.reasons.append(spec["reason_on"])
-        else:
-            rec.reasons.append(spec["reason_off"])
     rec.flags = flags
     if backend.reason:
         rec.reasons.append(backend.reason)
@@ -481,9 +499,10 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
     for name in recipes:
         get_recipe(name)
     workload = Workload(concurrency, context, kv_cache_dtype, memory_budget_gb, tp, link, routing).validate()
-    scenario = Scenario(batch=1, context=context, kv_cache_dtype=kv_cache_dtype)
-    simulated = simulate_all(inventory, formats, recipes, scenario, hardware,
-                             kv_for=lambda sim: plan_kv_dtype(sim, kv_cache_dtype, context, hardware))
+    check_max_model_len(inventory.config, context, "--context")
+    _check_split(inventory, hardware, workload)
+    simulated = simulate_all(inventory, formats, recipes, hardware,
+                             row_config(workload, None, kv_cache_dtype, hardware, 1))
     evidence = Evidence.gather(base_model_name(inventory.model_id), hardware.key, record_rows, published)
     recommendations, notes = recommend(inventory, hardware, workload, formats, recipes,
                                        simulated={(s.format, s.recipe): s.inventory for s in simulated},

@@ -9,13 +9,14 @@ from dataclasses import dataclass, field, replace
 
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
+from roofline.model.limits import check_max_model_len
 from roofline.predict.hardware import Hardware
 from roofline.predict.kernels import KernelProfile
 from roofline.predict.links import Link, box_devices, in_box_link, named_link, network_link
 from roofline.predict.step import StepConfig, StepTime, price_step
 from roofline.predict.topology import Placement, Topology, place, refusal, topologies
 
-from .serve import parallel_flags, ray_setup, workload_flags
+from .serve import parallel_flags, ray_setup, unified_memory_flags, workload_flags
 
 SCHEMA = "roofline.scaleout/1"
 
@@ -134,7 +135,8 @@ def evaluate(inventory: Inventory, hardware: Hardware, topology: Topology, devic
     result.aggregate_tok_s = single.tok_s if concurrency == 1 else \
         price_step(inventory, hardware, replace(config, batch=concurrency)).tok_s
     result.commands = commands(served_as or inventory.model_id, topology, boxes, network if boxes > 1 else None,
-                               workload_flags(context, concurrency, kv_cache_dtype))
+                               workload_flags(context, concurrency, kv_cache_dtype)
+                               + unified_memory_flags(hardware, single.weight_bytes_per_rank))
     return result
 
 
@@ -160,6 +162,7 @@ def scale_out(inventory: Inventory, hardware: Hardware, *, boxes: int = 1, devic
         named_link(network, "network")
         if boxes == 1:
             raise RooflineError(f"--network {network} joins boxes, and this is one box (--boxes 1)")
+    check_max_model_len(inventory.config, context, "--context")
     devices = boxes * devices_per_box
     in_box = in_box_link(hardware, in_box_link_name) if devices_per_box > 1 else None
     net = network_link(hardware, boxes, network) if boxes > 1 else None

@@ -2,6 +2,8 @@
 one home for them, shared by plan's rows (--tp) and the scale-out plans (--boxes / --gpus)."""
 from __future__ import annotations
 
+from roofline.data import load_table
+from roofline.predict.hardware import Hardware
 from roofline.predict.links import Link
 from roofline.predict.topology import Topology
 
@@ -17,6 +19,18 @@ def workload_flags(context: int, concurrency: int, kv_cache_dtype: str) -> list[
     if kv_cache_dtype.startswith("fp8"):
         flags.append(f"--kv-cache-dtype={kv_cache_dtype}")
     return flags
+
+
+def unified_memory_flags(hardware: Hardware, weight_bytes_per_rank: float) -> list[str]:
+    """A fixed --kv-cache-memory-bytes on a unified-memory box, whose memory profile vLLM misjudges
+    (serving.toml [unified]): the usable memory less a safety margin, the weights on a rank and
+    vLLM's overhead (rules.toml [memory]). Every serve line for such a box carries it."""
+    unified = load_table("serving")["unified"]
+    if hardware.key not in unified["hardware"]:
+        return []
+    kv_bytes = int(hardware.usable_memory_gb * 1e9 * (1 - unified["safety_margin"]) - weight_bytes_per_rank
+                   - load_table("rules")["memory"]["overhead_gb"] * 1e9)
+    return [f"--kv-cache-memory-bytes={kv_bytes}"] if kv_bytes > 0 else []
 
 
 def parallel_flags(topology: Topology, boxes: int) -> list[str]:

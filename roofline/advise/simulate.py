@@ -23,8 +23,7 @@ from roofline.model.inventory import Inventory, Module, QuantSummary, Tensor
 from roofline.model.quant_config import LINEAR_ROLES
 from roofline.model.roles import ROLES
 from roofline.model.storage import stored_tensors
-from roofline.audit import audit_step_config
-from roofline.predict.step import price_step
+from roofline.predict.step import StepConfig, price_step
 from roofline.predict.traffic import compute_traffic
 
 PLAIN = set(PLAIN_FORMATS.values())
@@ -226,27 +225,27 @@ class SimulatedFormat:
     step: object = None  # roofline.predict.step.StepTime of one stream, vLLM's default backend
 
 
-def simulate_all(base: Inventory, formats: list[str], recipe_names: list[str], scenario, hardware,
-                 kv_for=None) -> list[SimulatedFormat]:
-    """Each format under each recipe, with its bytes and its step priced by the step model at the
-    scenario (its KV dtype per simulated inventory by `kv_for`, when given), at the
-    scenario as an audit of the simulated checkpoint prices it (roofline.audit.audit_step_config)."""
+def simulate_all(base: Inventory, formats: list[str], recipe_names: list[str], hardware,
+                 config: StepConfig) -> list[SimulatedFormat]:
+    """Each format under each recipe, with its bytes and its step of one stream priced by the step
+    model at `config` (the plan's own scenario and topology; vLLM's default backend of the format)."""
     out = []
     plans: dict[str, StackPlan] = {}
     priced: dict[tuple, tuple] = {}
+    config = replace(config, batch=1, backend=None)
+    scenario = config.scenario(1)
     for recipe_name in recipe_names:
         recipe = get_recipe(recipe_name)
         for fmt in formats:
             inventory = simulate(base, fmt, recipe, plans)
-            here = replace(scenario, kv_cache_dtype=kv_for(inventory)) if kv_for else scenario
             # recipes that leave the same modules in the same formats (BF16 under every recipe, a dense
             # model under default and modelopt) are one simulation: priced once
-            signature = (tuple(m.format for m in inventory.modules), here)
+            signature = tuple(m.format for m in inventory.modules)
             if signature in priced:
                 _, traffic, step = priced[signature]
             else:
-                traffic = compute_traffic(inventory, here)
-                step = price_step(inventory, hardware, audit_step_config(here))
+                traffic = compute_traffic(inventory, scenario)
+                step = price_step(inventory, hardware, config)
                 priced[signature] = (inventory, traffic, step)
             out.append(SimulatedFormat(fmt, recipe_name, inventory, inventory.weight_bytes, traffic.bytes_per_token,
                                        step.ceiling_tok_s, step.tok_s, traffic, step))

@@ -68,7 +68,7 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
     per concurrency, what bounds each point, the knee where decode turns compute-bound, and TTFT."""
     from roofline.advise.capacity import Request, capacity
     from roofline.audit import load_inventory
-    from roofline.live.capture import max_positions
+    from roofline.model.limits import check_max_model_len, max_positions
     from roofline.predict.hardware import get_hardware
     from roofline.render.capacity import render_capacity
 
@@ -83,15 +83,11 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
     hardware = get_hardware(hardware_name, bandwidth)
     inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm,
                                use_cache=not no_cache)
-    derived = max_positions(inventory.config)
     if max_model_len is None:
-        if derived is None:
+        max_model_len = max_positions(inventory.config)
+        if max_model_len is None:
             raise RooflineError("the config states no max_position_embeddings: give --max-model-len")
-        max_model_len = derived
-    elif derived is not None and max_model_len > derived:
-        # vLLM refuses it the same way (ModelConfig.get_and_verify_max_len)
-        raise RooflineError(f"--max-model-len {max_model_len} is greater than the derived max_model_len "
-                            f"(max_position_embeddings={derived} in the model's config.json), as vLLM refuses it")
+    check_max_model_len(inventory.config, max_model_len)
     space = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
     try:  # as vLLM-CPU reads it: an integer number of GiB, when set and not empty
         space_gib = int(space) if space else None

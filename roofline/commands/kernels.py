@@ -32,7 +32,6 @@ def command(model, trace_path, num_layers, backend, launch_us, revision, config_
     """Kernels per decode step per layer (from a profiler trace, or estimated from the kernel
     table for MODEL), and with MODEL the eager vs CUDA-graph decode speed on --hardware."""
     from roofline.live.profiler_trace import parse_trace
-    from roofline.predict.kernels import estimate_kernels
 
     if not model and not trace_path and not from_vllm:
         raise click.UsageError("give MODEL (a folder or org/name), --from-vllm CAPTURE.json, or --trace TRACE")
@@ -43,11 +42,12 @@ def command(model, trace_path, num_layers, backend, launch_us, revision, config_
         inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm,
                                    use_cache=not no_cache)
         num_layers = num_layers or inventory.shape.num_layers
+        from roofline.model.limits import check_max_model_len
+        check_max_model_len(inventory.config, scenario.context, "--context")
+    profile = None
     if trace_path:
         profile = parse_trace(trace_path, num_layers=num_layers,
                               model_id=inventory.model_id if inventory else None)
-    else:
-        profile = estimate_kernels(inventory, backend)
     graph = step = None
     if inventory is not None:
         from roofline.audit import audit_step_config
@@ -55,10 +55,13 @@ def command(model, trace_path, num_layers, backend, launch_us, revision, config_
         from roofline.predict.graphs import cuda_graph_summary
         from roofline.predict.step import price_step
 
+        # without a trace the step counts the kernels of the backend it runs (vLLM's default for the
+        # format on this device, or --backend): the table and the tok/s are of one backend
         config = replace(audit_step_config(scenario), kernels=profile, host_us_per_kernel=launch_us,
                          backend=backend_named(inventory.main_format(), backend, hardware) if backend else None)
         step = price_step(inventory, hardware, config)
         graph = cuda_graph_summary(step)
+        profile = step.profile
     if as_json:
         payload = {"schema": "roofline.kernels/1", "hardware": hardware.key, "kernels": profile.to_json()}
         if graph is not None:

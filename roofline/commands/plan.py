@@ -13,6 +13,7 @@ from .output import echo, print_json
 DEFAULT_FORMATS = "bf16,fp8,nvfp4-w4a16,nvfp4-w4a4,mxfp4,int4-awq"
 # "aggressive" (lm_head in 4 bits too) trades accuracy for bytes: compared only when asked for
 DEFAULT_RECIPES = "default,modelopt,hybrid-safe"
+DEFAULT_CONTEXT = 4096
 
 
 def _split(value: str, what: str) -> list[str]:
@@ -36,7 +37,9 @@ def _split(value: str, what: str) -> list[str]:
 @click.option("--hardware", "hardware_name", default=DEFAULT_HARDWARE, show_default=True, help="Target from the hardware catalogue.")
 @click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s.")
 @click.option("--concurrency", type=types.SEQUENCES, default=1, show_default=True, help="Concurrent sequences to serve.")
-@click.option("--context", type=types.CONTEXT_TOKENS, default=4096, show_default=True, help="Tokens per sequence (KV cache length).")
+@click.option("--context", type=types.CONTEXT_TOKENS, default=None,
+              help=f"Tokens per sequence (KV cache length; the serve line's --max-model-len) [default: "
+                   f"{DEFAULT_CONTEXT}, or the model's limit where shorter].")
 @click.option("--kv-cache-dtype", type=types.KV_CACHE_DTYPE, default="auto", show_default=True,
               help="KV cache dtype; auto lets the rules pick fp8 where it pays.")
 @routing_option
@@ -87,6 +90,9 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
     hardware = get_hardware(hardware_name, bandwidth)
     given = load_inventory(model, revision=revision, config_only=config_only,
                            trust_remote_code=trust_remote_code, use_cache=not no_cache)
+    if context is None:
+        from roofline.model.limits import default_context
+        context = default_context(given.config, DEFAULT_CONTEXT)
     if boxes is not None or gpus is not None:
         _scale_out(given, hardware, boxes or 1, gpus or 1, concurrency, context, kv_cache_dtype, link, network,
                    top, as_json, served_as=model)

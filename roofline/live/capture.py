@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from roofline.errors import RooflineError
 from roofline.files import write_json
+from roofline.model.limits import max_positions
 
 from .child import module_command
 
@@ -254,18 +255,6 @@ def kv_budget(config: dict | None, max_len: int) -> int:
     padded = len(shape.attention) * max(states, default=0)
     need = 2 * (kv + sum(states) + padded) + MIN_KV_BYTES
     return -(-need // (1 << 20)) << 20
-
-
-def max_positions(config: dict | None) -> int | None:
-    if not config:
-        return None
-    inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
-        for section in (inner, config):
-            value = section.get(key)
-            if isinstance(value, int) and value > 0:
-                return value
-    return None
 
 
 def model_config(model: str, args: list[str]) -> dict | None:

@@ -23,6 +23,7 @@ from roofline.audit import load_inventory
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
 from roofline.predict.serving import Serving, backend_in_use, backend_of
+from roofline.predict.speculation import per_token_from_accepted
 from roofline.predict.topology import tp_refusal
 from roofline.predict.traffic import DRAFT_TOKENS_LIMIT, KV_SPELLINGS
 from roofline.sources.capture import inventory_from_capture_data, load_capture
@@ -237,7 +238,7 @@ def _serving(obs: Observation, context: int) -> None:
         rate = accepted / draft_tokens if draft_tokens else None
         obs.speculative = {"method": method, "num_draft": spec_tokens, "acceptance_rate": rate}
         if drafts:
-            acceptance = per_token_acceptance(accepted / drafts, spec_tokens)
+            acceptance = per_token_from_accepted(accepted / drafts, spec_tokens)
             evidence["speculative"] = (f"metrics: {accepted} of {draft_tokens} draft tokens accepted "
                                        f"({100 * rate:.0f}%) over {drafts} drafts of {spec_tokens}"
                                        + (f", method {method}" if method else ""))
@@ -248,22 +249,3 @@ def _serving(obs: Observation, context: int) -> None:
                           acceptance=acceptance, graphs=graphs if graphs is not None else True, tp=tp,
                           backend=backend)
     evidence["inventory"] = obs.inventory_source
-
-
-def per_token_acceptance(accepted_per_draft: float, draft_tokens: int) -> float:
-    """vLLM's mean accepted tokens per draft -> the per-token chance a with a + ... + a^n equal to it
-    (the traffic model's speculation: each draft token accepted with chance a, stopping at the first
-    rejection)."""
-    target = min(max(accepted_per_draft, 0.0), float(draft_tokens))
-    low, high = 0.0, 1.0
-    for _ in range(60):
-        mid = (low + high) / 2
-        low, high = (mid, high) if accepted_tokens(mid, draft_tokens) < target else (low, mid)
-    return low
-
-
-def accepted_tokens(per_token: float, draft_tokens: int) -> float:
-    """a + a^2 + ... + a^n, the mean accepted tokens per draft, in closed form (n may be large)."""
-    if per_token >= 1.0:
-        return float(draft_tokens)
-    return per_token * (1.0 - per_token ** draft_tokens) / (1.0 - per_token)

@@ -51,7 +51,9 @@ def profile_decode_step(model: str, out_dir: str, *, prompt_token_ids=DEFAULT_PR
     engine_kwargs.setdefault("max_num_seqs", 1)
     # one short request: the smallest KV cache that starts, as `roofline capture` asks for, unless
     # the caller (or VLLM_CPU_KVCACHE_SPACE) sized it; vLLM's default share fails on small boxes
-    from .capture import CAPTURE_MAX_MODEL_LEN, kv_budget, max_positions, model_config
+    from roofline.model.limits import max_positions
+
+    from .capture import CAPTURE_MAX_MODEL_LEN, kv_budget, model_config
 
     config = model_config(model, [])
     if "max_model_len" not in engine_kwargs:

@@ -59,3 +59,33 @@ def _parameters(seen: dict[str, float]) -> float:
     dense = 4 * hidden + 3 * seen.get("intermediate_size", 0)
     moe = 3 * seen.get("num_experts", 0) * seen.get("moe_intermediate_size", seen.get("intermediate_size", 0))
     return layers * hidden * (dense + moe) + 2 * seen.get("vocab_size", 0) * hidden
+
+
+def max_positions(config: dict | None) -> int | None:
+    """The longest sequence the model's config allows (vLLM's derived max_model_len), or None when
+    the config states none."""
+    if not config:
+        return None
+    inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
+        for section in (inner, config):
+            value = section.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def check_max_model_len(config: dict | None, tokens: int, option: str = "--max-model-len") -> int:
+    """`tokens` when the model allows sequences that long; else the one line vLLM refuses it with
+    (ModelConfig.get_and_verify_max_len)."""
+    derived = max_positions(config)
+    if derived is not None and tokens > derived:
+        raise RooflineError(f"{option} {tokens} is greater than the derived max_model_len "
+                            f"(max_position_embeddings={derived} in the model's config.json), as vLLM refuses it")
+    return tokens
+
+
+def default_context(config: dict | None, preferred: int) -> int:
+    """A command's default context: `preferred`, or the model's limit where that is shorter."""
+    derived = max_positions(config)
+    return min(preferred, derived) if derived else preferred
