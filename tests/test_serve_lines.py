@@ -71,3 +71,33 @@ def test_every_serve_line_parses_with_vllms_own_parser(vllm_serve_parser, mode):
                 assert args.max_model_len == payload.get("workload", {}).get("context", args.max_model_len)
             checked += 1
     assert checked >= len(CONFIGS) // 2, checked
+
+
+@pytest.mark.parametrize("mode", [[], ["--tp", "2"], ["--boxes", "2"]])
+def test_every_gb10_serve_line_fixes_the_kv_budget(mode):
+    """Unified memory: vLLM's profile misjudges it, so every GB10 line (one box, --tp, --boxes) carries
+    --kv-cache-memory-bytes, sized for the weights on a rank."""
+    code, payload, err = _plan("tests/reference_configs/Qwen__Qwen3-8B", "--hardware", "gb10", *mode)
+    assert code == 0, err
+    lines = _serve_lines(payload)
+    assert lines and all("--kv-cache-memory-bytes=" in line for line in lines), lines
+
+
+def test_recipes_never_write_one_folder():
+    code, payload, err = _plan("tests/reference_configs/Qwen__Qwen3-8B", "--hardware", "h100-sxm")
+    assert code == 0, err
+    folders = {}
+    for row in payload["recommendations"]:
+        if row["quantize_with"]:
+            folders.setdefault(row["checkpoint"], set()).add((row["format"], row["recipe"]))
+    assert folders and all(len(made) == 1 for made in folders.values()), folders
+
+
+@pytest.mark.parametrize("command", [["plan"], ["audit", "--config-only"], ["kernels"], ["plan", "--boxes", "2"]])
+def test_context_beyond_the_models_limit_is_refused(command):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([command[0], "tests/reference_configs/Qwen__Qwen3-8B", *command[1:], "--context", "1000000"])
+    assert code == 1 and out.getvalue() == ""
+    assert err.getvalue() == ("error: --context 1000000 is greater than the derived max_model_len "
+                              "(max_position_embeddings=40960 in the model's config.json), as vLLM refuses it\n")

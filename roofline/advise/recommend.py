@@ -448,6 +448,10 @@ class Plan:
                 (one.format, one.recipe) == (top.format, top.recipe):
             return None
         n = self.workload.concurrency
+        if top.aggregate_tok_s <= one.aggregate_tok_s:  # put first by a tie's evidence, not by speed
+            return (f"at {n} streams {format_label(top.format)} ({top.aggregate_tok_s:.1f} tok/s aggregate) ties with "
+                    f"the single-stream pick {format_label(one.format)} ({one.aggregate_tok_s:.1f}); decided by: "
+                    f"{top.decided_by}")
         return (f"the pick changes with concurrency: one stream is fastest on {format_label(one.format)} "
                 f"({one.single_stream_tok_s:.1f} tok/s, {one.recipe}), {n} streams on {format_label(top.format)} "
                 f"({top.aggregate_tok_s:.1f} tok/s aggregate vs {one.aggregate_tok_s:.1f})")

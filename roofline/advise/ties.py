@@ -86,7 +86,7 @@ def _why(winner, runner_up, evidence: Evidence) -> str:
     label = format_label(winner.format)
     measured = evidence.measurement(winner.format)
     if a[:3] != b[:3] and measured:
-        where = "" if a[1] else f" (on {measured.get('base', 'another model')})"
+        where = "" if a[1] else f" on another model, {measured.get('base', '?')}, not {evidence.base}"
         return (f"measured on {evidence.hardware}{where}: {label} {measured['tok_s']:g} tok/s, "
                 f"{measured['checkpoint']} ({measured['source']})")
     if a[3] != b[3]:
@@ -115,7 +115,9 @@ def break_ties(ranked: list, key, evidence: Evidence, tol: float) -> list:
         if len(formats) > 1:
             group_id += 1
             group.sort(key=lambda r: (_score(r, evidence), key(r)), reverse=True)
-            runner_up = next(r for r in group[1:] if r.format != group[0].format)
+            # the row the prediction alone would have put first, of another format: what the evidence
+            # overruled (or, with no evidence either way, what the prediction beat)
+            runner_up = max((r for r in group if r.format != group[0].format), key=key)
             decided = _why(group[0], runner_up, evidence)
             for rec in group:
                 rec.tie_group = group_id
