@@ -311,7 +311,7 @@ def test_the_pick_never_changes_to_a_slower_option():
     plan = build_plan(inventory, GB10, formats=["nvfp4-w4a16", "int4-awq"], recipes=["default"],
                       context=1024, concurrency=64)
     one, top, said = plan.pick_at_one, plan.top, plan.pick_change()
-    assert (one.format, top.format) == ("int4-awq", "nvfp4-w4a16") and top.aggregate_tok_s < one.aggregate_tok_s
+    assert (one.format, top.format) == ("int4-awq", "nvfp4-w4a16") and top.aggregate_tok_s <= one.aggregate_tok_s
     assert said.startswith("at 64 streams") and "ties with" in said and top.decided_by in said
     # a real change names the faster option
     plan = build_plan(inventory, GB10, formats=["nvfp4-w4a4", "int4-awq"], recipes=["default"],
