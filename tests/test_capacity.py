@@ -89,6 +89,9 @@ def test_json_and_terminal():
     assert terms["kv_cache"]["bytes"] == pytest.approx(terms["requested"]["bytes"] - sum(
         terms[k]["bytes"] for k in ("weights", "activation_peak", "non_torch", "cuda_graphs")))
     assert [p["concurrency"] for p in result["curve"]] == [1, 4]
+    # the curve is priced at the requests the answer counts: of --max-model-len tokens (prompt + output)
+    assert result["request"]["prompt_len"] + result["request"]["output_len"] == 4096
+    assert result["context"] == 4096 - 256 + 256 // 2
     assert {"step_ms", "aggregate_tok_s", "per_stream_tok_s", "bound"} <= set(result["curve"][0])
     text = cli("capacity", QWEN3_8B, "--hardware", "h100-sxm", "--max-model-len", "4096").stdout
     assert "KV cache size:" in text and "Maximum concurrency for 4,096 tokens per request" in text

@@ -110,7 +110,7 @@ class Capacity:
     knee_concurrency: int | None
     ttft_ms: float
     context: int
-    fit_concurrency: int  # requests at the curve's context that the KV cache and max_num_seqs admit
+    fit_concurrency: int  # requests of the curve's prompt + output that the KV cache and max_num_seqs admit
     recommended_kv_cache_memory_bytes: int | None = None  # unified-memory boxes
     notes: list[str] = field(default_factory=list)
     kv_cache_dtype_resolved: str = ""  # the KV dtype the cache is sized at ("auto" resolved as vLLM does)
@@ -123,12 +123,16 @@ class Capacity:
         """The summary of the table beneath it: a peak only among the concurrencies that fit."""
         fitting = [p for p in self.curve if p.fits]
         best = max(fitting, key=lambda p: p.aggregate_tok_s) if fitting else None
+        request_tokens = self.request.prompt_len + self.request.output_len
+        # the curve's requests (prompt + output) when they are shorter than the longest one
+        curve_requests = "" if request_tokens == self.kv.max_model_len else \
+            f", {self.fit_concurrency} of {request_tokens:,} (the curve's requests)"
         text = (f"{self.kv.tokens:,} KV tokens: {self.kv.max_concurrency:.2f} requests of {self.kv.max_model_len:,} "
-                f"tokens, {self.fit_concurrency} of {self.context:,}")
+                f"tokens{curve_requests}")
         if self.replicas > 1:
             text = (f"{self.replicas} data-parallel replicas of {self.kv.tokens:,} KV tokens each: "
-                    f"{self.replicas * self.kv.max_concurrency:.2f} requests of {self.kv.max_model_len:,} tokens, "
-                    f"{self.fit_concurrency} of {self.context:,}")
+                    f"{self.replicas * self.kv.max_concurrency:.2f} requests of {self.kv.max_model_len:,} tokens"
+                    f"{curve_requests}")
         if best is not None:
             text += (f"; decode peaks at {best.aggregate_tok_s:.0f} tok/s aggregate at concurrency {best.concurrency} "
                      f"({best.per_stream_tok_s:.1f} per stream)")

@@ -13,6 +13,7 @@ from .options import routing_option, source_options
 from .output import echo, print_json
 
 DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
+DEFAULT_PROMPT = 512
 
 
 @click.command(name="capacity")
@@ -35,7 +36,9 @@ DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
 @click.option("--no-prefix-caching", is_flag=True, help="As vLLM's --no-enable-prefix-caching (hybrid: one state block per request).")
 @click.option("--concurrency", "concurrency_text", default=DEFAULT_CONCURRENCY, show_default=True,
               help="Concurrency levels of the decode curve.")
-@click.option("--prompt-len", type=types.PROMPT_TOKENS, default=512, show_default=True, help="Prompt tokens per request.")
+@click.option("--prompt-len", type=types.PROMPT_TOKENS, default=None,
+              help=f"Prompt tokens per request [default: --max-model-len less --output-len when --max-model-len is "
+                   f"given (the curve at the requests the KV answer counts), else {DEFAULT_PROMPT}].")
 @click.option("--output-len", type=types.PROMPT_TOKENS, default=256, show_default=True, help="Generated tokens per request.")
 @click.option("--tp", "-tp", "--tensor-parallel-size", "tp", type=types.TP_RANKS, default=1, show_default=True,
               help="Tensor-parallel ranks (vLLM's --tensor-parallel-size): weights, KV heads and memory per GPU, "
@@ -83,6 +86,9 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
     hardware = get_hardware(hardware_name, bandwidth)
     inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm,
                                use_cache=not no_cache)
+    if prompt_len is None:
+        # the curve prices the requests the user asked about: of --max-model-len tokens when given
+        prompt_len = max(1, max_model_len - output_len) if max_model_len is not None else DEFAULT_PROMPT
     if max_model_len is None:
         max_model_len = max_positions(inventory.config)
         if max_model_len is None:
