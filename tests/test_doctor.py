@@ -192,3 +192,61 @@ def test_bad_input(args, code, message):
     proc = doctor(*args)
     assert proc.returncode == code, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+# --------------------------------------------------------------------------- one verdict
+
+def test_doctor_and_validate_judge_a_measurement_alike():
+    """doctor (a server's own configuration) and validate (the audit of the same scenario) say one
+    verdict for one measurement, from one function: 19.9 tok/s against a ceiling of 18.0 was "above
+    the ceiling" in validate and "at its roof: 141%" in doctor."""
+    import contextlib
+    import io
+
+    from roofline.advise.doctor import Context, diagnose
+    from roofline.cli import main
+    from roofline.live.validate import validate
+    from roofline.predict.hardware import get_hardware
+    from roofline.predict.serving import Serving
+    from roofline.sources.config import load_config_only
+
+    path = str(REFERENCE / "Qwen__Qwen3-8B")
+    inventory, hardware = load_config_only(path), get_hardware("gb10")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["audit", path, "--hardware", "gb10", "--context", "1024", "--json"]) == 0
+    audit = json.loads(out.getvalue())
+    seen = set()
+    for share in (0.3, 0.6, 0.9, 0.98, 1.0, 1.1, 1.2, 1.5):
+        for of in ("expected_tok_s", "ceiling_tok_s"):
+            measured = share * audit[of]
+            diagnosis = diagnose(inventory, hardware, Serving(context=1024), measured, Context(hardware, {}, True))
+            checked = validate(audit, measured)
+            assert diagnosis.verdict_id == checked.verdict, (measured, diagnosis.verdict, checked.verdict_text)
+            assert diagnosis.verdict.startswith(checked.verdict_text)
+            # a gap is named only where the verdict says the engine falls short
+            assert any(c.id == "engine_gap" for c in diagnosis.causes) == (checked.verdict in ("below_expected",
+                                                                                               "far_below"))
+            seen.add(checked.verdict)
+    assert seen == {"above_ceiling", "near_expected", "below_expected", "far_below"}
+
+
+def test_the_graph_fix_says_what_turned_graphs_off():
+    from roofline.advise.doctor import Context, diagnose
+    from roofline.predict.hardware import get_hardware
+    from roofline.predict.serving import Serving
+    from roofline.sources.config import load_config_only
+
+    inventory, hardware = load_config_only(str(REFERENCE / "Qwen__Qwen3-30B-A3B")), get_hardware("gb10")
+    serving = Serving(context=1024, graphs=False)
+    by_flag = diagnose(inventory, hardware, serving, None, Context(hardware, {}, True))
+    by_mode = diagnose(inventory, hardware, serving, None, Context(hardware, {}, True, graphs_off_by="cudagraph_mode"))
+    flag = next(c.fix for c in by_flag.causes if c.id == "cuda_graphs")
+    mode = next(c.fix for c in by_mode.causes if c.id == "cuda_graphs")
+    assert flag.startswith("drop --enforce-eager")
+    assert "--enforce-eager" not in mode.split("(")[0] and '{"cudagraph_mode": "FULL_AND_PIECEWISE"}' in mode
+    # no fix is offered that buys less than the table's floor (+0.0 tok/s)
+    from roofline.predict.verdict import min_gain
+    for diagnosis in (by_flag, by_mode):
+        assert all(c.expected_gain_tok_s >= min_gain(diagnosis.predicted_tok_s) for c in diagnosis.causes
+                   if c.kind == "configuration")

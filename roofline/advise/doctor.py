@@ -29,9 +29,11 @@ from roofline.predict.backends import backend_named, backends_for
 from roofline.predict.hardware import Hardware
 from roofline.predict.launch import graphs_apply
 from roofline.predict.serving import Serving
+from roofline.predict.bands import band_for
 from roofline.predict.speculation import break_even, vllm_acceptance_rate
 from roofline.predict.step import price_step
 from roofline.predict.traffic import Traffic, compute_traffic
+from roofline.predict.verdict import min_gain, verdict_of
 
 from .simulate import get_recipe, simulate
 
@@ -41,6 +43,7 @@ PLAIN = set(PLAIN_FORMATS.values())
 @dataclass
 class Prediction:
     tok_s: float
+    ceiling_tok_s: float  # the bytes per token at the device's bandwidth
     bytes_per_token: float
     traffic: Traffic
     timing: str  # how the time was modelled
@@ -63,6 +66,7 @@ class Cause:
 @dataclass
 class Diagnosis:
     predicted_tok_s: float
+    ceiling_tok_s: float
     best_tok_s: float
     measured_tok_s: float | None
     bytes_per_token: float
@@ -71,6 +75,7 @@ class Diagnosis:
     verdict: str
     timing: str
     traffic: Traffic  # of the server's own configuration
+    verdict_id: str | None = None  # roofline.predict.verdict.VERDICTS; None when nothing was measured
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -97,7 +102,7 @@ def predict(inventory: Inventory, hardware: Hardware, serving: Serving) -> Predi
         timing = f"tensor parallel x{serving.tp} over {step.placement.tp_link.name}, {timing}"
     if extra:
         timing += f", + {extra / 1e9:.3g} GB/token of emulated dequantization"
-    return Prediction(step.tok_s, traffic.bytes_per_token + extra, traffic, timing)
+    return Prediction(step.tok_s, step.ceiling_tok_s, traffic.bytes_per_token + extra, traffic, timing)
 
 
 # --------------------------------------------------------------------------- causes
@@ -117,12 +122,16 @@ class Context:
     hardware: Hardware
     evidence: dict  # fact -> where it was seen ("capture: cudagraph_mode=NONE", ...)
     kv_fp8_supported: bool
+    # what turned CUDA graphs off: --enforce-eager, or a compilation config whose cudagraph_mode is NONE
+    # (then dropping --enforce-eager, which was never given, is no fix)
+    graphs_off_by: str = "enforce_eager"
 
 
 def _graphs(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:
     if serving.graphs or not graphs_apply(ctx.hardware):
         return []
-    return [Fix("cuda_graphs", ctx.evidence.get("graphs", "graph mode: eager"), {},
+    return [Fix("cuda_graphs", ctx.evidence.get("graphs", "graph mode: eager"),
+                {"how": _table()["cause"]["cuda_graphs"]["how"][ctx.graphs_off_by]},
                 lambda inv, s: (inv, replace(s, graphs=True)))]
 
 
@@ -238,11 +247,11 @@ def diagnose(inventory: Inventory, hardware: Hardware, serving: Serving, measure
     # Greedy: the fix that gains most on top of those already applied goes next, so a cause that a
     # bigger one masks (KV bytes do not matter while eager launches bind) still gets its share
     causes, inv, cfg, tok_s = [], inventory, serving, here.tok_s
-    remaining = list(fixes)
+    remaining, floor = list(fixes), max(min_gain(here.tok_s), 1e-9)
     while remaining:
         gains = [(_tok_s_after(fix, inv, cfg, hardware) - tok_s, n) for n, fix in enumerate(remaining)]
         gain, n = max(gains, key=lambda item: (item[0], -item[1]))
-        if gain <= 0:
+        if gain < floor:  # a change that buys nothing worth printing (+0.0 tok/s) is no fix
             break
         fix = remaining.pop(n)
         inv, cfg = fix.apply(inv, cfg)
@@ -250,27 +259,29 @@ def diagnose(inventory: Inventory, hardware: Hardware, serving: Serving, measure
         causes.append(Cause(fix.id, "configuration", fix.evidence, _fix_text(fix), after - tok_s, alone[id(fix)]))
         tok_s = after
     best = predict(inv, hardware, cfg)
-    at_roof = _table()["verdict"]["at_roof"]
+    judged = None
     if measured_tok_s is None:
         verdict = "not measured: the prediction and the causes stand on what the server reported"
-    elif measured_tok_s >= at_roof * here.tok_s:
-        lift = causes[0] if causes else None
-        verdict = (f"at its roof: measured {measured_tok_s:.1f} tok/s is {100 * measured_tok_s / here.tok_s:.0f}% "
-                   f"of the {here.tok_s:.1f} tok/s this configuration allows; "
-                   + (f"the roof itself rises with: {lift.fix} (+{lift.expected_gain_tok_s:.1f} tok/s)" if lift
-                      else "no configuration change lifts it: only fewer bytes per token (another checkpoint) or "
-                           "faster memory would"))
     else:
-        verdict = (f"below its roof: measured {measured_tok_s:.1f} tok/s is {100 * measured_tok_s / here.tok_s:.0f}% "
-                   f"of the {here.tok_s:.1f} tok/s this configuration allows")
-    if measured_tok_s is not None and measured_tok_s < at_roof * here.tok_s:
+        band = band_for(inventory, hardware, graphs=serving.graphs and graphs_apply(hardware))
+        judged = verdict_of(measured_tok_s, here.ceiling_tok_s, here.tok_s, band.error if band else None)
+        verdict = (f"{judged.text}: measured {measured_tok_s:.1f} tok/s is {100 * measured_tok_s / here.tok_s:.0f}% "
+                   f"of the {here.tok_s:.1f} tok/s this configuration allows (ceiling {here.ceiling_tok_s:.1f})")
+        lift = causes[0] if causes else None
+        if judged.id == "near_expected":
+            verdict += ("; the roof itself rises with: " + f"{lift.fix} (+{lift.expected_gain_tok_s:.1f} tok/s)"
+                        if lift else "; no configuration change lifts it: only fewer bytes per token (another "
+                                     "checkpoint) or faster memory would")
+    if judged is not None and judged.engine_gap:
         outside_ms = 1000 / measured_tok_s - 1000 / here.tok_s
         evidence = (f"bench: {measured_tok_s:.1f} tok/s = {1000 / measured_tok_s:.3g} ms/token against "
                     f"{1000 / here.tok_s:.3g} ms modelled ({here.timing}): {outside_ms:.3g} ms of every token go "
                     "to something the model of this configuration does not count")
         causes.append(Cause("engine_gap", "measurement", evidence, _table()["cause"]["engine_gap"]["fix"],
                             here.tok_s - measured_tok_s, here.tok_s - measured_tok_s))
-    return Diagnosis(predicted_tok_s=here.tok_s, best_tok_s=best.tok_s, measured_tok_s=measured_tok_s,
+    return Diagnosis(predicted_tok_s=here.tok_s, ceiling_tok_s=here.ceiling_tok_s, best_tok_s=best.tok_s,
+                     measured_tok_s=measured_tok_s,
+                     verdict_id=judged.id if judged else None,
                      bytes_per_token=here.bytes_per_token, best_bytes_per_token=best.bytes_per_token,
                      causes=causes, verdict=verdict, timing=here.timing, traffic=here.traffic)
 

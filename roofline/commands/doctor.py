@@ -61,7 +61,9 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
     obs = observe(url=url, served_model=served_model, model=model, capture_path=capture_path, bench=bench,
                   context=context, timeout_s=timeout_s, progress=progress)
     measured = obs.bench.decode.median if obs.bench is not None and obs.bench.decode else None
-    ctx = Context(hardware=hardware, evidence=obs.evidence, kv_fp8_supported=_kv_fp8_supported(obs, hardware))
+    ctx = Context(hardware=hardware, evidence=obs.evidence, kv_fp8_supported=_kv_fp8_supported(obs, hardware),
+                  graphs_off_by="cudagraph_mode" if obs.engine and not obs.engine.get("enforce_eager") else
+                  "enforce_eager")
     diagnosis = diagnose(obs.inventory, hardware, obs.serving, measured, ctx)
     payload = doctor_json(obs, diagnosis, hardware)
     if as_json:

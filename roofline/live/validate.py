@@ -14,25 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from roofline.errors import RooflineError
-
-# Measured may exceed the ceiling by timing noise alone (token arrival jitter over a short run,
-# a ceiling rounded in a saved file); 3% covers that without hiding a real excess.
-ABOVE_CEILING_TOLERANCE = 1.03
-# "Near expected": within 20% below the expected speed (or anywhere between it and the ceiling).
-# The GB10 calibration itself spans 0.73-0.78 of the roof across good kernels (roofline/data/measurements.toml), so a
-# path within 0.8x of expected is one of the good ones.
-NEAR_EXPECTED = 0.8
-# Below half the expected speed something structural is off (a fallback path, launches, the
-# host), not a kernel's tuning margin.
-FAR_BELOW_EXPECTED = 0.5
-
-VERDICTS = {
-    "above_ceiling": "above the ceiling: speculative decoding is on, or the model of bytes per token is wrong "
-                     "(report it with the audit JSON)",
-    "near_expected": "near expected: the engine reaches the share of the roof a good path reaches",
-    "below_expected": "below expected: a slower kernel or path than the calibrated ones",
-    "far_below": "far below expected: something structural costs speed",
-}
+from roofline.predict.verdict import verdict_of
 
 
 @dataclass
@@ -62,16 +44,6 @@ def _number(audit: dict, key: str) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1e300:
         raise RooflineError(f"audit JSON has no positive {key!r}: is it the output of `roofline audit --json`?")
     return float(value)
-
-
-def verdict_of(measured: float, ceiling: float, expected: float) -> str:
-    if measured > ceiling * ABOVE_CEILING_TOLERANCE:
-        return "above_ceiling"
-    if measured >= expected * NEAR_EXPECTED:
-        return "near_expected"
-    if measured >= expected * FAR_BELOW_EXPECTED:
-        return "below_expected"
-    return "far_below"
 
 
 def suspects_above(audit: dict) -> list[str]:
@@ -146,7 +118,11 @@ def validate(audit: dict, measured_tok_s: float) -> Validation:
     bandwidth = _number(hardware, "bandwidth_gbps")
 
     measured = float(measured_tok_s)
-    verdict = verdict_of(measured, ceiling, expected)
+    band = audit.get("expected_band") if isinstance(audit.get("expected_band"), dict) else {}
+    band_error = band.get("error") if isinstance(band.get("error"), (int, float)) and \
+        not isinstance(band.get("error"), bool) and 0 <= band.get("error") < 1 else None
+    judged = verdict_of(measured, ceiling, expected, band_error)
+    verdict = judged.id
     if verdict == "above_ceiling":
         suspects = suspects_above(audit)
     elif verdict == "near_expected":
@@ -160,7 +136,7 @@ def validate(audit: dict, measured_tok_s: float) -> Validation:
         ceiling_tok_s=ceiling, expected_tok_s=expected, measured_tok_s=measured,
         ratio_to_ceiling=measured / ceiling, ratio_to_expected=measured / expected,
         bandwidth_utilisation=measured * bytes_per_token / (bandwidth * 1e9),
-        verdict=verdict, verdict_text=VERDICTS[verdict], suspects=suspects,
+        verdict=verdict, verdict_text=judged.text, suspects=suspects,
     )
 
 

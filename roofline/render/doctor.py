@@ -54,6 +54,8 @@ def doctor_json(obs: Observation, diagnosis: Diagnosis, hardware: Hardware) -> d
         "best_bytes_per_token": diagnosis.best_bytes_per_token,
         "timing": diagnosis.timing,
         "verdict": diagnosis.verdict,
+        "verdict_id": diagnosis.verdict_id,
+        "ceiling_tok_s": diagnosis.ceiling_tok_s,
         "causes": [cause.to_json() for cause in diagnosis.causes],
         "unseen": list(dict.fromkeys(obs.unseen)),
         "problems": list(obs.problems),

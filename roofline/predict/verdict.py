@@ -1,0 +1,48 @@
+"""One verdict for a measured decode speed: `validate` (against an audit) and `doctor` (against a
+running server's own configuration) judge a measurement with this one function and the thresholds
+of roofline/data/doctor.toml [verdict]. "Near expected" is the validated error band of the class
+(roofline.predict.bands), the same source plan's ties use, not a constant of its own."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from roofline.data import load_table
+
+VERDICTS = ("above_ceiling", "near_expected", "below_expected", "far_below")
+
+
+def _table() -> dict:
+    return load_table("doctor")["verdict"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    id: str  # one of VERDICTS
+    text: str
+    near_within: float  # the share below expected still "near expected" (the class's band)
+
+    @property
+    def engine_gap(self) -> bool:
+        """Measured short of what the configuration allows by more than the model's own error."""
+        return self.id in ("below_expected", "far_below")
+
+
+def verdict_of(measured: float, ceiling: float, expected: float, band_error: float | None = None) -> Verdict:
+    """`measured` tok/s against the `ceiling` (bytes per token at the bandwidth) and the `expected`
+    tok/s of the same configuration; `band_error`: the class's validated error (a fraction)."""
+    table = _table()
+    near = band_error if band_error is not None else table["near_without_band"]
+    if measured > ceiling * table["above_ceiling_tolerance"]:
+        key = "above_ceiling"
+    elif measured >= expected * (1 - near):
+        key = "near_expected"
+    elif measured >= expected * table["far_below"]:
+        key = "below_expected"
+    else:
+        key = "far_below"
+    return Verdict(key, table["text"][key], near)
+
+
+def min_gain(predicted_tok_s: float) -> float:
+    """The smallest gain (tok/s) a configuration change must buy to be offered as a fix."""
+    return _table()["min_gain_share"] * predicted_tok_s
