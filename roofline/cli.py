@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     except RooflineError as exc:
         # one line whatever a server or file put into the message: escaped, credentials redacted
         click.echo(f"error: {printable(redact_url(str(exc)), 2000)}", err=True)
-        return 1
+        return getattr(exc, "exit_code", 1)
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
         return 130

@@ -8,3 +8,8 @@ def human_bytes(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n:.0f} B"
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """"1 checkpoint", "2 checkpoints": a count and its noun, agreed."""
+    return f"{count:,} {noun if count == 1 else (nouns or noun + 's')}"

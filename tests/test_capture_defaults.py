@@ -84,3 +84,14 @@ def test_root_cause_skips_vllms_wrappers(tmp_path):
     assert root_cause(str(log)) == ("ValidationError: 1 validation error for ModelConfig: Value error, The "
                                     "checkpoint you are trying to load has model type `x` but Transformers does not "
                                     "recognize this architecture.")
+
+
+def test_vllms_last_word_is_one_line():
+    """A failed start is one line naming vLLM's own error, never a traceback escaped into "\\n"s."""
+    from roofline.live import capture
+
+    tail = ["INFO 11-25 loading", "Traceback (most recent call last):", '  File "x.py", line 1, in <module>',
+            "error: cannot import vLLM (No module named 'vllm')", ""]
+    said = capture._tail_text(tail)
+    assert said == "; vLLM's last output: error: cannot import vLLM (No module named 'vllm')"
+    assert "\n" not in said

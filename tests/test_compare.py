@@ -65,11 +65,14 @@ def test_compare_terminal_table_and_a_broken_input(three, tmp_path):
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
     (broken / "model.safetensors").write_bytes(b"\x00" * 4)
-    proc = run("compare", *map(str, three), str(broken))
-    assert proc.returncode == 0, proc.stderr
+    proc = run("compare", *map(str, three), str(broken), str(tmp_path / "missing"))
+    # the table of the others is printed; a checkpoint the user named and that could not be read fails the run
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == f"error: 2 of 5 checkpoints named could not be read: {broken}, {tmp_path / 'missing'} (see skipped)\n"
     out = proc.stdout
+    assert out.startswith("3 checkpoints on ")
     assert "ct_nvfp4a16" in out.splitlines()[4] and "why the others read more:" in out
-    assert "skipped:" in out and "broken:" in out
+    assert "skipped:" in out and "broken:" in out and "missing:" in out
 
 
 @pytest.mark.parametrize("args, code, message", [

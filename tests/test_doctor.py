@@ -175,6 +175,15 @@ def test_a_real_vllm_metrics_page_is_read():
     assert not any(c["id"] == "kv_cache_dtype" for c in result["causes"])  # already fp8
 
 
+def test_a_server_that_names_no_checkpoint_without_model_is_a_usage_error():
+    """The README's promise: a missing MODEL is a usage error (exit 2) on every command, doctor's too
+    when the server does not say where its weights are."""
+    with FakeOpenAIServer(("ok",)) as server:
+        proc = doctor("--url", server.url, "--no-bench", "--hardware", "gb10")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: doctor needs the checkpoint: give MODEL") and proc.stderr.count("\n") == 1
+
+
 def test_unreachable_server_is_one_line():
     proc = doctor("--url", "http://127.0.0.1:9/v1", "--hardware", "gb10")
     assert proc.returncode == 1
@@ -182,7 +191,7 @@ def test_unreachable_server_is_one_line():
 
 
 @pytest.mark.parametrize("args, code, message", [
-    ([], 1, "give --url"),
+    ([], 2, "give --url"),
     (["--url", "ftp://x"], 1, "--url 'ftp://x'"),
     (["--url", "http://127.0.0.1:9/v1", "--runs", "0"], 2, "--runs"),
     (["--url", "http://127.0.0.1:9/v1", "--timeout", "nan"], 2, "--timeout"),

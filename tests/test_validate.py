@@ -374,3 +374,25 @@ def test_launch_costs_need_a_gpu():
 
     with pytest.raises(RooflineError, match="CUDA device"):
         measure_launch("cpu", 100.0)
+
+
+def test_impossible_and_above_ceiling_measurements_stay_out_of_the_evidence(tmp_path, capsys):
+    """56x the ceiling is refused (one line, nothing written); above the ceiling is a finding, printed
+    but never recorded, and a record row that says so is no evidence for plan's ties."""
+    from roofline.advise.ties import Evidence
+
+    record = tmp_path / "record.jsonl"
+    args = ["validate", str(DENSE_BF16), "--hardware", "gb10", "--record", str(record)]
+    assert main([*args, "--measured", "1000"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: measured 1000 tok/s is ") and "x the ceiling" in err and err.count("\n") == 1
+    assert not record.exists()
+    audit = audit_of(DENSE_BF16, "--hardware", "gb10")
+    assert main([*args, "--measured", str(1.2 * audit["ceiling_tok_s"]), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["verdict"] == "above_ceiling" and payload["recorded_in"] is None and payload["not_recorded"]
+    assert not record.exists()
+    row = dict(payload["record"], hardware="gb10", weight_format="bf16")
+    assert Evidence.gather("Qwen3-8B", "gb10", [row]).measured == Evidence.gather("Qwen3-8B", "gb10").measured
+    assert main([*args, "--measured", str(0.9 * audit["expected_tok_s"]), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recorded_in"] == str(record) and record.exists()

@@ -34,7 +34,9 @@ class Evidence:
         rows = [r for r in table if r["hardware"] == hardware and r.get("graphs", True)]
         for row in record_rows or ():
             fmt, tok_s = row.get("weight_format"), row.get("measured_tok_s")
-            if row.get("hardware") == hardware and fmt and isinstance(tok_s, (int, float)):
+            # a measurement above the ceiling is a finding, not evidence (older records may hold one)
+            if row.get("hardware") == hardware and fmt and isinstance(tok_s, (int, float)) \
+                    and row.get("verdict") != "above_ceiling":
                 rows.append({"format": fmt, "tok_s": float(tok_s), "checkpoint": row.get("model", "?"),
                              "base": base_model_name(str(row.get("model", ""))),
                              "source": f"your validation record ({row.get('recorded_at', 'undated')})"})

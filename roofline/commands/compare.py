@@ -46,7 +46,7 @@ def command(models, base, limit, name_filter, sort, pool, revision, config_only,
     if models and len(models) < 2:
         raise RooflineError("compare needs at least two checkpoints")
     scenario, hardware = scenario_from(kwargs)
-    inputs, skipped = [], []
+    inputs, skipped, unreadable = [], [], []
     if base:
         from roofline.sources.variants import audit_variants, list_variants
 
@@ -85,6 +85,7 @@ def command(models, base, limit, name_filter, sort, pool, revision, config_only,
                 inputs.append((model, run_audit(inventory, scenario, hardware), None))
             except RooflineError as exc:  # one bad checkpoint or capture is a skipped row, not the table
                 skipped.append((model, str(exc)))
+                unreadable.append(model)
     if not inputs:
         raise RooflineError("nothing to compare: " + "; ".join(f"{label}: {reason}" for label, reason in skipped))
     comparison = compare(inputs, hardware, skipped, sort=sort)
@@ -102,3 +103,6 @@ def command(models, base, limit, name_filter, sort, pool, revision, config_only,
         echo(render_compare(comparison, wide=wide))
         if html_path:
             echo(f"report: {html_path}")
+    if unreadable:  # a checkpoint the user named and that could not be read is a failure, table or not
+        raise RooflineError(f"{len(unreadable)} of {len(models)} checkpoints named could not be read: "
+                            + ", ".join(unreadable) + " (see skipped)")

@@ -49,7 +49,7 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
     from roofline.render.doctor import doctor_json, render_doctor
 
     if not url and not capture_path:
-        raise RooflineError("give --url (the server's API base, e.g. http://127.0.0.1:8000/v1) or --capture FILE")
+        raise click.UsageError("give --url (the server's API base, e.g. http://127.0.0.1:8000/v1) or --capture FILE")
     if url:
         split_url(url)
     hardware = get_hardware(hardware_name, bandwidth)

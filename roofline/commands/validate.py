@@ -34,6 +34,9 @@ def _load_json(path: str, what: str) -> dict:
     return data
 
 
+# a measurement above the ceiling by more than this (after speculation's best case) is not a decode speed
+IMPOSSIBLE_ABOVE = 1.5
+
 @click.command(name="validate")
 @click.argument("model", required=False)
 @click.option("--measured", "measured_tok_s", type=types.TOK_S, default=None,
@@ -123,12 +126,21 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         audit = run_audit(inventory, scenario, hardware).to_json()
 
     result = validate(audit, measured_tok_s)
+    drafts = int((audit.get("scenario") or {}).get("speculative_tokens") or 0)
+    if measured_tok_s > result.ceiling_tok_s * (1 + drafts) * IMPOSSIBLE_ABOVE:
+        # even every draft token accepted cannot read the weights fewer times than this
+        raise RooflineError(
+            f"measured {measured_tok_s:g} tok/s is {measured_tok_s / result.ceiling_tok_s:.1f}x the ceiling of "
+            f"{result.ceiling_tok_s:.1f} tok/s{f' with {drafts} draft tokens all accepted' if drafts else ''}: no "
+            "engine decodes that fast on this device; a figure of several streams is their sum (give --batch)")
     curve, knee = None, None
     if bench is not None and bench.get("sweep") and not audit_json:
         curve, knee = _curve(inventory, hardware, scenario, bench)
     row = record_row(result, measured_by=measured_by, bench=bench, audit=audit)
-    recorded = None
-    if not no_record:
+    recorded, not_recorded = None, None
+    if result.verdict == "above_ceiling":  # a finding to report, never evidence for plan's ties
+        not_recorded = "above the ceiling: kept out of the validation record plan reads"
+    elif not no_record:
         recorded = append_record(record_path or default_record(), row, create_folder=record_path is None)
     if html_path:
         from roofline.reports import update_report
@@ -144,7 +156,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
                 rows = [r for r in records.rows if r.get("model") == result.model] or [row]
         update_report(html_path, audit, validation=rows)
     if as_json:
-        payload = result.to_json() | {"record": row, "recorded_in": recorded}
+        payload = result.to_json() | {"record": row, "recorded_in": recorded, "not_recorded": not_recorded}
         if bench is not None:
             payload["bench"] = bench
         if curve is not None:
@@ -162,6 +174,8 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
             echo(f"bench note: {note}")
     if recorded:
         echo(f"recorded in {recorded}")
+    if not_recorded and not no_record:
+        echo(f"not recorded: {not_recorded}")
     if html_path:
         echo(f"report: {html_path}")
 

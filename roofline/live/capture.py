@@ -201,8 +201,13 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _tail_text(tail) -> str:
-    lines = [line for line in tail if line.strip()]
-    return ("; last vLLM output:\n  " + "\n  ".join(lines[-15:])) if lines else ""
+    """vLLM's own last word for the one-line error: its last line that names an error, else its last
+    line (a traceback's many lines would be escaped into one unreadable line)."""
+    lines = [line.strip() for line in tail if line.strip()]
+    if not lines:
+        return ""
+    named = [line for line in lines if "error" in line.lower()]
+    return f"; vLLM's last output: {(named or lines)[-1]}"
 
 
 # A capture needs the weights loaded and nothing decoded: the smallest engine that starts.

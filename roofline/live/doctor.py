@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 from roofline.audit import load_inventory
-from roofline.errors import RooflineError
+from roofline.errors import RooflineError, UsageMissing
 from roofline.model.inventory import Inventory
 from roofline.predict.serving import Serving, backend_in_use, backend_of
 from roofline.predict.speculation import per_token_from_accepted
@@ -64,7 +64,7 @@ def _inventory(model: str | None, capture_path: str | None, facts: ServerFacts |
     root = facts.root if facts else None
     if root and (os.path.isdir(root) or (looks_like_repo_id(root) and not os.path.isabs(root))):
         return load_inventory(root), f"checkpoint {root} (the path the server says it loaded)"
-    raise RooflineError("doctor needs the checkpoint: give MODEL (a folder or hub id) or --capture FILE"
+    raise UsageMissing("doctor needs the checkpoint: give MODEL (a folder or hub id) or --capture FILE"
                         + (f"; the server loaded {root!r}, which is not a folder here" if root else ""))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from roofline.advise.compare import Comparison
 from roofline.model.formats import format_label
-from roofline.units import human_bytes
+from roofline.units import human_bytes, plural
 
 from .text import fitted_table, terminal_width, wrapped
 
@@ -16,7 +16,7 @@ def render_compare(comparison: Comparison, wide: bool = False) -> str:
     hw = comparison.hardware
     first = comparison.rows[0].result.scenario
     width = None if wide else terminal_width()
-    lines = wrapped(f"{len(comparison.rows)} checkpoints on {hw.name}, {hw.bandwidth_gbps:g} GB/s; batch {first.batch}, "
+    lines = wrapped(f"{plural(len(comparison.rows), 'checkpoint')} on {hw.name}, {hw.bandwidth_gbps:g} GB/s; batch {first.batch}, "
                     f"context {first.context}, kv cache {first.kv_cache_dtype}"
                     f"{f', routing {first.routing}' if first.batch > 1 and any(r.result.inventory.shape.num_experts for r in comparison.rows) else ''}"
                     "; ranked by "
