@@ -327,3 +327,24 @@ def test_evidence_from_another_model_says_so(qwen3_8b):
     plan = build_plan(inventory, GB10, formats=["nvfp4-w4a16", "int4-awq"], recipes=["default"], context=1024)
     if plan.top.decided_by.startswith("measured on gb10"):
         assert "on another model, Qwen3-8B, not Qwen3-30B-A3B" in plan.top.decided_by
+
+
+def test_quantizing_what_the_publisher_kept_says_so():
+    """gpt-oss ships MXFP4 experts with BF16 attention: a row that quantizes the attention too carries
+    the accuracy caveat first; the release as given, and a row that keeps what it kept, do not."""
+    import contextlib
+    import io
+
+    from roofline.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["plan", str(REFERENCE / "openai__gpt-oss-20b"), "--json"]) == 0
+    rows = json.loads(out.getvalue())["recommendations"]
+    given = [r for r in rows if r["given"]]
+    assert given and not any("accuracy risk" in reason for r in given for reason in r["reasons"])
+    risky = [r for r in rows if not r["given"] and r["format"] != "bf16"]
+    assert risky and all(r["reasons"][0].startswith("accuracy risk: quantizes ") and "self_attn" in r["reasons"][0]
+                         and "openai__gpt-oss-20b kept in BF16" in r["reasons"][0] for r in risky)
+    bf16 = next(r for r in rows if r["format"] == "bf16")
+    assert not any("accuracy risk" in reason for reason in bf16["reasons"])

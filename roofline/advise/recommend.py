@@ -521,12 +521,34 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
             rec.quantize_with = f"the unquantized base of {served_as or base_of.model_id} (its model card's base_model)"
     _name_published(recommendations, evidence, base_of)
     if base_of is not None:
+        _say_what_the_publisher_kept(recommendations, base_of,
+                                     {(s.format, s.recipe): s.inventory for s in simulated})
+    if base_of is not None:
         q = base_of.quant
         notes.insert(0, f"{base_of.model_id} is quantized ({q.method}{' ' + q.algo if q.algo else ''}): ranked as "
                         f"given (recipe \"{GIVEN_RECIPE}\") beside the formats simulated from its base, "
                         f"{inventory.model_id} (its config without the quantization config)")
     return Plan(inventory, hardware, workload, simulated, recommendations, notes,
                 base_of=base_of.model_id if base_of is not None else None)
+
+
+def _say_what_the_publisher_kept(recommendations: list[Recommendation], given: Inventory,
+                                 simulated: dict[tuple[str, str], Inventory]) -> None:
+    """A row that quantizes modules the quantized checkpoint's publisher kept in BF16 (attention,
+    routers, the first layers) says so: the publisher kept them for accuracy, and the row's speed
+    is bought with a risk the release avoided (rules.toml [caveat])."""
+    kept = {m.name: m for m in given.modules if m.params and m.format in PLAIN}
+    for rec in recommendations:
+        sim = simulated.get((rec.format, rec.recipe))
+        if rec.given or sim is None:
+            continue
+        taken = [m for m in sim.modules if m.name in kept and m.format not in PLAIN]
+        if not taken:
+            continue
+        labels = list(dict.fromkeys(short_label(m.name) for m in taken))
+        rec.reasons.insert(0, rules()["caveat"]["publisher_kept"].format(
+            given=given.model_id, count=len(taken), labels=", ".join(labels[:4]) + (", ..." if len(labels) > 4 else ""),
+            gb=sum(kept[m.name].nbytes for m in taken) / 1e9))
 
 
 def _name_published(recommendations: list[Recommendation], evidence: Evidence, given: Inventory | None) -> None:
