@@ -7,7 +7,8 @@ Every block in README.md of the form
     ...
     ```
 
-holds what `roofline audit examples/Qwen3.6-35B-A3B-NVFP4 --rows 8` prints today. The report
+holds what `roofline audit examples/Qwen3.6-35B-A3B-NVFP4 --rows 8` prints today (`ARGS | grep -e A -e B`:
+the lines of it that hold A or B). The report
 screenshot (docs/report.png) is made by headless Chromium from `roofline audit SCREENSHOT_MODEL
 --html`; docs/report.json keeps the headline numbers it shows, so a check can tell a stale
 picture without comparing pixels.
@@ -37,8 +38,8 @@ HEADLINE = ("model", "bytes_per_token", "ceiling_tok_s", "expected_tok_s", "weig
 BLOCK = re.compile(r"(<!-- roofline-example: (?P<args>[^>]*?) -->\n```text\n)(?P<body>.*?)(```)", re.S)
 
 
-def roofline(args: list[str]) -> str:
-    env = dict(os.environ, COLUMNS="100", NO_COLOR="1")
+def roofline(args: list[str], columns: int = 100) -> str:
+    env = dict(os.environ, COLUMNS=str(columns), NO_COLOR="1")
     proc = subprocess.run([sys.executable, "-m", "roofline.cli", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
@@ -46,10 +47,21 @@ def roofline(args: list[str]) -> str:
     return proc.stdout
 
 
+def example_output(args: str) -> str:
+    """What `roofline ARGS` prints; `ARGS | grep -e A -e B` keeps the lines holding A or B (a figure
+    quoted from a long answer is still the command's own line)."""
+    command, _, grep = args.partition(" | grep ")
+    out = roofline(shlex.split(command), columns=1000 if grep else 100)  # a quoted line is never cut
+    if grep:
+        words = shlex.split(grep)
+        wanted = [w for i, w in enumerate(words) if w != "-e" and (i == 0 or words[i - 1] == "-e" or "-e" not in words)]
+        out = "".join(line for line in out.splitlines(keepends=True) if any(w in line for w in wanted))
+    return out.rstrip("\n") + "\n"
+
+
 def rendered_readme(text: str) -> str:
     def replace(match: re.Match) -> str:
-        out = roofline(shlex.split(match["args"])).rstrip("\n") + "\n"
-        return match.group(1) + out + match.group(4)
+        return match.group(1) + example_output(match["args"]) + match.group(4)
     return BLOCK.sub(replace, text)
 
 
