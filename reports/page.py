@@ -14,7 +14,7 @@ import math
 from roofline import __version__
 from roofline.advise.ties import tie_marks
 from roofline.model.formats import format_label
-from roofline.units import human_bytes
+from roofline.units import human_bytes, provenance as labelled
 
 from . import charts
 from .view import (
@@ -222,7 +222,8 @@ def headline(data: ReportData) -> str:
              f"weights {human_bytes(a.get('weight_bytes_per_token') or 0)} + KV "
              f"{human_bytes(a.get('kv_bytes_per_token') or 0)} + state {human_bytes(a.get('state_bytes_per_token') or 0)}"),
         card("Ceiling", _tok_s(a.get("ceiling_tok_s")),
-             f"{hardware.get('name', '?')} at {hardware.get('bandwidth_gbps', '?')} GB/s"),
+             f"{hardware.get('name', '?')} at {hardware.get('bandwidth_gbps', '?')} GB/s"
+             + (f" ({hardware['bandwidth_basis']})" if hardware.get("bandwidth_basis") else "")),
         card("Expected", _tok_s(a.get("expected_tok_s")), expected_detail(a), "accent"),
     ]
     residual = data.residual_bytes_per_token
@@ -377,7 +378,7 @@ def cuda_graph_section(data: ReportData) -> str:
             continue
         kind = cuda_graph.get(kind_key) if kind_key else None
         source = cuda_graph.get(source_key) if source_key else None
-        provenance = (f'<div class="source">{esc(kind)}: {esc(source)}</div>' if kind and source else "")
+        provenance = (f'<div class="source">{esc(labelled(kind, source))}</div>' if kind and source else "")
         rows.append(f'<tr><th scope="row">{esc(label)}</th><td>{esc(shown(value))}{provenance}</td></tr>')
     return (f'<section id="cuda-graph"><h2>CUDA graphs vs eager</h2>'
             f'<table class="kv">{"".join(rows)}</table></section>')

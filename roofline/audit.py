@@ -126,7 +126,8 @@ class AuditResult:
             "quantization": asdict(inv.quant),
             "hardware": {
                 "key": hw.key, "name": hw.name, "bandwidth_gbps": hw.bandwidth_gbps,
-                "bandwidth_source": hw.bandwidth_source, "memory_gb": hw.memory_gb,
+                "bandwidth_source": hw.bandwidth_source, "bandwidth_kind": hw.bandwidth_kind,
+                "bandwidth_basis": hw.bandwidth_basis(), "memory_gb": hw.memory_gb,
                 "usable_memory_gb": hw.usable_memory_gb, "compute_capability": hw.compute_capability,
                 "host": hw.host,
             },

@@ -26,14 +26,15 @@ from roofline.model.formats import PLAIN_FORMATS, format_label
 from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory
 from roofline.predict.backends import backend_named, backends_for
+from roofline.predict.bands import band_for
 from roofline.predict.hardware import Hardware
 from roofline.predict.launch import graphs_apply
 from roofline.predict.serving import Serving
-from roofline.predict.bands import band_for
 from roofline.predict.speculation import break_even, vllm_acceptance_rate
 from roofline.predict.step import price_step
 from roofline.predict.traffic import Traffic, compute_traffic
 from roofline.predict.verdict import min_gain, verdict_of
+from roofline.units import milliseconds
 
 from .simulate import get_recipe, simulate
 
@@ -274,8 +275,8 @@ def diagnose(inventory: Inventory, hardware: Hardware, serving: Serving, measure
                                      "checkpoint) or faster memory would")
     if judged is not None and judged.engine_gap:
         outside_ms = 1000 / measured_tok_s - 1000 / here.tok_s
-        evidence = (f"bench: {measured_tok_s:.1f} tok/s = {1000 / measured_tok_s:.3g} ms/token against "
-                    f"{1000 / here.tok_s:.3g} ms modelled ({here.timing}): {outside_ms:.3g} ms of every token go "
+        evidence = (f"bench: {measured_tok_s:.1f} tok/s = {milliseconds(1000 / measured_tok_s)}/token against "
+                    f"{milliseconds(1000 / here.tok_s)} modelled ({here.timing}): {milliseconds(outside_ms)} of every token go "
                     "to something the model of this configuration does not count")
         causes.append(Cause("engine_gap", "measurement", evidence, _table()["cause"]["engine_gap"]["fix"],
                             here.tok_s - measured_tok_s, here.tok_s - measured_tok_s))

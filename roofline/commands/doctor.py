@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import click
 
-from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types

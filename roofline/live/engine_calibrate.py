@@ -1,6 +1,6 @@
 """`roofline calibrate --engine vllm`: the user's installed vLLM, offline with dummy weights on a dense, a
 MoE and a hybrid model (no download), fits the step model's engine coefficients for their exact vLLM version,
-device and host (roofline/live/engine_fit.py, the fit the lent H200 ran), on top of the device's own
+device and host (roofline/live/engine_fit.py, the fit roofline's H200 runs used), on top of the device's own
 measured bandwidth (roofline/live/calibrate.py). The hardware entry it makes names the vLLM version and
 the runs; every command uses it with --hardware KEY.
 
@@ -31,6 +31,7 @@ from roofline.predict.bands import model_family, uncalibrated_error
 from roofline.predict.step import compute_utilization
 from roofline.schema import checked
 from roofline.untrusted import printable
+from roofline.units import milliseconds
 
 from . import engine_fit
 from .child import module_command
@@ -321,10 +322,10 @@ def refusal(calibration: EngineCalibration) -> str | None:
                                    grids.HOSTS_US[-1], grids.MOE_EQUIVS[-1], grids.MAMBA_EQUIVS[-1]) * 1e3
         where = f"{row.case} {row.mode} batch {row.batch}"
         if row.measured_ms < fastest:
-            return (f"{where} measured {row.measured_ms:.3g} ms a step, faster than reading its bytes at "
-                    f"{grids.EFFICIENCIES[-1]:g}x the measured bandwidth allows ({fastest:.3g} ms)")
+            return (f"{where} measured {milliseconds(row.measured_ms)} a step, faster than reading its bytes at "
+                    f"{grids.EFFICIENCIES[-1]:g}x the measured bandwidth allows ({milliseconds(fastest)})")
         if row.measured_ms > slowest:
-            return f"{where} measured {row.measured_ms:.3g} ms a step, slower than any engine the fit can express"
+            return f"{where} measured {milliseconds(row.measured_ms)} a step, slower than any engine the fit can express"
     bounds = [("efficiency", fit.efficiency, grids.EFFICIENCIES)]
     if calibration.device == "cuda":
         bounds += [(f"graph floor ({family})", floor, grids.FLOORS_US)

@@ -1,7 +1,7 @@
 """Fit the step model's engine coefficients to real vLLM decode steps (vllm_probe.py's results): the
 achievable share of the bandwidth and the floor per replayed kernel from CUDA-graph steps, the host's
 cost per eager kernel and a MoE / Mamba layer's Python from --enforce-eager steps. Used by `roofline
-calibrate --engine vllm` on the user's stack and by benchmarks/gpu_vllm/fit.py on the lent H200: one fit.
+calibrate --engine vllm` on the user's stack and by benchmarks/gpu_vllm/fit.py on an H200: one fit.
 
 The model fitted is price_step's own: a row keeps the step's terms that no coefficient moves (bytes at the
 datasheet bandwidth per segment, compute, kernel counts), and the fit searches grids of the coefficients

@@ -156,8 +156,8 @@ def band_text(band: Band | None) -> str:
 
 
 def band_short(band: Band | None) -> str:
-    """"±7%" beside a figure; "(unvalidated)" where no class was validated."""
-    return f"±{100 * band.error:.0f}%" if band else "(unvalidated)"
+    """"±7%" beside a figure; nothing where no class was validated (the validated line says so)."""
+    return f"±{100 * band.error:.0f}%" if band else ""
 
 
 def band_json(band: Band | None) -> dict:

@@ -17,6 +17,10 @@ DEFAULT_HARDWARE = "gb10"
 SHIPPED = "roofline/data/hardware.toml"
 
 
+BANDWIDTH_BASIS = {"datasheet": "the datasheet bandwidth", "measured": "the bandwidth `roofline calibrate` measured",
+                   "user": "your --bandwidth"}
+
+
 @dataclass(frozen=True)
 class Hardware:
     key: str
@@ -62,6 +66,17 @@ class Hardware:
 
     def supports(self, compute: str) -> bool:
         return compute in self.tensor_tflops
+
+    def bandwidth_basis(self) -> str:
+        """What the ceiling's bandwidth is, in words: a ceiling is only as physical as its figure."""
+        return BANDWIDTH_BASIS.get(self.bandwidth_kind, self.bandwidth_kind)
+
+    def bandwidth_text(self) -> str:
+        """"273 GB/s", and for --bandwidth what still applies on top of the user's figure."""
+        text = f"{self.bandwidth_gbps:g} GB/s"
+        if self.bandwidth_kind == "user":
+            text += " (your --bandwidth, read as the datasheet figure: the entry's efficiency still applies on top)"
+        return text
 
 
 LINKS_KEY = "link"  # hardware.toml [link.*]: the interconnects, not devices

@@ -4,7 +4,7 @@ from __future__ import annotations
 from roofline.audit import AuditResult
 from roofline.model.formats import format_label
 from roofline.predict.bands import band_short, band_text
-from roofline.units import human_bytes
+from roofline.units import human_bytes, milliseconds
 
 from .text import text_table
 
@@ -14,21 +14,21 @@ def step_made_of(step) -> str:
     + launches 1.2 ms (484 kernels x 2.5 us, CUDA graphs)"."""
     b = step.breakdown()
     hw = step.hardware
-    parts = [f"memory {b.memory_time_s * 1e3:.3g} ms at {step.achievable_bandwidth_gbps / hw.bandwidth_gbps:.2f} x "
+    parts = [f"memory {milliseconds(b.memory_time_s * 1e3)} at {step.achievable_bandwidth_gbps / hw.bandwidth_gbps:.2f} x "
              f"{hw.bandwidth_gbps:g} GB/s"]
     if b.compute_s > 0.005 * b.seconds:
-        parts.append(f"compute {b.compute_s * 1e3:.3g} ms")
+        parts.append(f"compute {milliseconds(b.compute_s * 1e3)}")
     if b.launch_s > 0:
         if step.config.graphs:
-            parts.append(f"launches {b.launch_s * 1e3:.3g} ms ({b.kernels:.0f} kernels x "
+            parts.append(f"launches {milliseconds(b.launch_s * 1e3)} ({b.kernels:.0f} kernels x "
                          f"{step.costs.graph_floor_us_per_kernel:g} us, CUDA graphs)")
         else:
             python = sum(s.host_equiv for s in step.main.segments)
             extra = f" + {python:.0f} launches' worth of MoE / Mamba Python" if python >= 0.5 else ""
-            parts.append(f"host {b.launch_s * 1e3:.3g} ms ({b.kernels:.0f} kernels{extra} x "
+            parts.append(f"host {milliseconds(b.launch_s * 1e3)} ({b.kernels:.0f} kernels{extra} x "
                          f"{step.costs.host_us_per_kernel:g} us, eager)")
     if b.communication_s > 0:
-        parts.append(f"collectives {b.communication_s * 1e3:.3g} ms")
+        parts.append(f"collectives {milliseconds(b.communication_s * 1e3)}")
     return " + ".join(parts) + f"; {b.bound}-bound"
 
 
@@ -42,7 +42,7 @@ def render_audit(result: AuditResult, max_rows: int = 25) -> str:
         f"scenario: batch {s.batch}, context {s.context}, kv cache {t.kv_dtype}"
         f"{f', routing {s.routing}' if s.batch > 1 and inv.shape.num_experts else ''}"
         f"{f', speculative {s.speculative_tokens} tokens' if s.speculative_tokens else ''}",
-        f"hardware: {hw.name}, {hw.bandwidth_gbps:g} GB/s",
+        f"hardware: {hw.name}, {hw.bandwidth_text()}",
         "",
         f"  weights resident     {human_bytes(inv.weight_bytes)}"
         f"{'' if inv.weight_bytes / 1e9 <= hw.usable_memory_gb else '  (does NOT fit in ' + str(hw.usable_memory_gb) + ' GB)'}",
@@ -50,9 +50,9 @@ def render_audit(result: AuditResult, max_rows: int = 25) -> str:
         f" + KV {human_bytes(t.kv_bytes_per_token)} + state {human_bytes(t.state_bytes_per_token)}",
         f"  ceiling              {result.ceiling_tok_s:.1f} tok/s"
         f"{f'  ({result.ceiling_tok_s / s.batch:.1f} per stream)' if s.batch > 1 else ''}"
-        "  (bytes at the datasheet bandwidth)",
-        f"  expected             {result.expected_tok_s:.1f} tok/s {band_short(result.band())} "
-        f" ({step_made_of(result.step)})",
+        f"  (bytes at {hw.bandwidth_basis()})",
+        f"  expected             {result.expected_tok_s:.1f} tok/s"
+        f"{' ' + band_short(result.band()) if result.band() else ''}  ({step_made_of(result.step)})",
         f"  validated            {band_text(result.band())}",
     ]
     cg = result.cuda_graph

@@ -1,7 +1,7 @@
 """`roofline capacity` in the terminal, made from its JSON (roofline.capacity/1)."""
 from __future__ import annotations
 
-from roofline.units import human_bytes
+from roofline.units import human_bytes, provenance
 
 from .text import terminal_width, text_table, wrapped
 
@@ -30,7 +30,7 @@ def render_capacity(payload: dict) -> str:
                          width, "  ")
     for name, term in payload["memory_terms"].items():
         sign = "" if name in ("requested", "kv_cache") else "- "
-        lines += wrapped(f"{sign + name:<20} {human_bytes(term['bytes']):>11}  ({term['kind']}: {term['source']})",
+        lines += wrapped(f"{sign + name:<20} {human_bytes(term['bytes']):>11}  ({provenance(term['kind'], term['source'])})",
                          width, "    ", " " * 35)
     groups = ", ".join(f"{g['layers']} {g['kind']}" for g in kv["groups"])
     other_blocks = ", ".join(f"{kind} {size}" for kind, size in kv.get("block_sizes", {}).items()

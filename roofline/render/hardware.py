@@ -4,6 +4,7 @@ from __future__ import annotations
 from roofline.predict.hardware import SHIPPED, Hardware, user_hardware_file
 from roofline.predict.launch import launch_costs
 from roofline.predict.links import Link
+from roofline.units import provenance
 
 from .text import text_table
 
@@ -85,16 +86,17 @@ def render_entry(entry: dict) -> str:
     launch = entry["launch"]
     lines = [f"{entry['key']}: {entry['name']}" + (f" (aliases: {', '.join(entry['aliases'])})" if entry["aliases"] else ""),
              f"  from            {entry['origin']}",
-             f"  bandwidth       {entry['bandwidth']['gbps']:g} GB/s, {entry['bandwidth']['kind']}: {entry['bandwidth']['source']}",
+             f"  bandwidth       {entry['bandwidth']['gbps']:g} GB/s, "
+             f"{provenance(entry['bandwidth']['kind'], entry['bandwidth']['source'])}",
              f"  memory          {entry['memory']['gb']:g} GB ({entry['memory']['usable_gb']:g} usable), "
-             f"{entry['memory']['kind']}: {entry['memory']['source']}",
-             f"  tensor          {_tensor(entry)} TFLOP/s dense, {entry['tensor_tflops']['kind']}: "
-             f"{entry['tensor_tflops']['source'] or '-'}",
+             f"{provenance(entry['memory']['kind'], entry['memory']['source'])}",
+             f"  tensor          {_tensor(entry)} TFLOP/s dense, "
+             f"{provenance(entry['tensor_tflops']['kind'], entry['tensor_tflops']['source'] or '-')}",
              f"  SM              {entry['compute_capability'] or '- (not a GPU)'}",
-             f"  efficiency      {entry['efficiency']['value']:.3f}, {entry['efficiency']['kind']}: "
-             f"{entry['efficiency']['source']}",
+             f"  efficiency      {entry['efficiency']['value']:.3f}, "
+             f"{provenance(entry['efficiency']['kind'], entry['efficiency']['source'])}",
              f"  host            {entry['host']}: {launch['host_us_per_kernel']:g} us per eager kernel, "
-             f"{launch['host_kind']}: {launch['host_source']}",
-             f"  graph floor     {launch['graph_floor_us_per_kernel']:g} us per kernel, {launch['floor_kind']}: "
-             f"{launch['floor_source']}"]
+             f"{provenance(launch['host_kind'], launch['host_source'])}",
+             f"  graph floor     {launch['graph_floor_us_per_kernel']:g} us per kernel, "
+             f"{provenance(launch['floor_kind'], launch['floor_source'])}"]
     return "\n".join(lines)

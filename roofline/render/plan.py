@@ -31,7 +31,7 @@ def render_plan(plan, top: int = 12, wide: bool = False) -> str:
     width = None if wide else terminal_width()
     heading = [
         f"{inv.model_id}  ({inv.shape.architecture}, source: {inv.source})",
-        f"hardware: {hw.name}, {hw.bandwidth_gbps:g} GB/s, SM {hw.compute_capability}, "
+        f"hardware: {hw.name}, {hw.bandwidth_text()}, SM {hw.compute_capability}, "
         f"efficiency {hw.efficiency:.2f} ({hw.efficiency_kind})",
         f"workload: {w.concurrency} concurrent x {w.context} tokens"
         f"{f', routing {w.routing}' if w.concurrency > 1 and inv.shape.num_experts else ''}"

@@ -17,9 +17,10 @@ def _where(payload: dict) -> str:
 def render_scale_out(payload: dict, top: int = 12) -> str:
     ranked = [t for t in payload["topologies"] if t["refused_reason"] is None]
     refused = [t for t in payload["topologies"] if t["refused_reason"] is not None]
-    by = "single-stream" if payload["rank_by"] == "single_stream_tok_s" else f"aggregate at {payload['concurrency']} streams"
+    by = "single-stream tok/s" if payload["rank_by"] == "single_stream_tok_s" else \
+        f"aggregate tok/s at {payload['concurrency']} streams"
     lines = [f"scale-out: {payload['model']} over {_where(payload)} ({payload['devices']} devices), "
-             f"{payload['context']:,} tokens of context, ranked by {by} tok/s"]
+             f"{payload['context']:,} tokens of context, ranked by {by}"]
     for link in payload["links"]:
         lines.append(f"  link {link['key']}: {link['name']}, {link['bandwidth_gbps']:g} GB/s, {link['latency_us']:g} us "
                      f"per collective ({link['latency_kind']}; {link['collective']})")
