@@ -56,6 +56,12 @@ def _layout(fig, title: str, height: int, **kwargs) -> None:
                       plot_bgcolor="white", paper_bgcolor="white", **kwargs)
 
 
+# a byte axis reads "3.5GB", never plotly's default "3.5B" (billions, which reads as bytes)
+BYTE_AXIS = dict(tickformat="~s", ticksuffix="B")
+# the legend beside the plot, never over the x labels under it (a long last label, lm_head, was hidden)
+LEGEND_BESIDE = dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top")
+
+
 def format_tok_s(value: float) -> str:
     if value is None or not math.isfinite(value):
         return "n/a"
@@ -100,9 +106,9 @@ def layer_bars(data: ReportData):
                         hovertemplate="%{customdata}<extra></extra>")
             buckets.append(label)
     _layout(fig, "Bytes read per token, by layer and format", 420, barmode="stack",
-            legend=dict(orientation="h", y=-0.18), hovermode="closest")
-    fig.update_xaxes(categoryorder="array", categoryarray=buckets, type="category")
-    fig.update_yaxes(title_text="bytes / token", tickformat="~s", gridcolor="#eee")
+            legend=LEGEND_BESIDE, hovermode="closest")
+    fig.update_xaxes(categoryorder="array", categoryarray=buckets, type="category", automargin=True)
+    fig.update_yaxes(title_text="bytes / token", gridcolor="#eee", **BYTE_AXIS)
     return fig
 
 
@@ -294,7 +300,7 @@ def plan_chart(data: ReportData):
     fig.add_bar(y=labels, x=expected, orientation="h", name="expected", marker_color="#2b8a3e",
                 hovertemplate="%{y}: expected %{x:,.1f} tok/s<extra></extra>")
     _layout(fig, "Formats compared (plan)", max(260, 60 + 42 * len(labels)), barmode="group",
-            legend=dict(orientation="h", y=-0.15))
+            legend=LEGEND_BESIDE)
     fig.update_yaxes(autorange="reversed", type="category", automargin=True)
     fig.update_xaxes(title_text="tok/s", gridcolor="#eee")
     return fig
@@ -316,10 +322,9 @@ def compare_chart(data: ReportData):
         fig.add_bar(x=labels, y=values, name=text(role),
                     customdata=[human_bytes(v) for v in values],
                     hovertemplate="%{x}<br>" + text(role) + ": %{customdata} per token<extra></extra>")
-    _layout(fig, "Bytes read per token by role, per checkpoint", 460, barmode="group",
-            legend=dict(orientation="h", y=-0.25))
-    fig.update_yaxes(title_text="bytes / token", gridcolor="#eee")
-    fig.update_xaxes(type="category")
+    _layout(fig, "Bytes read per token by role, per checkpoint", 460, barmode="group", legend=LEGEND_BESIDE)
+    fig.update_yaxes(title_text="bytes / token", gridcolor="#eee", **BYTE_AXIS)
+    fig.update_xaxes(type="category", automargin=True)
     return fig
 
 
@@ -357,6 +362,12 @@ def capacity_chart(data: ReportData):
                     hovertemplate="concurrency %{x}: %{y:.1f} tok/s (%{customdata}-bound)<extra></extra>")
     fig.add_scatter(x=x, y=[first_number(p, "per_stream_tok_s") for p in points], mode="lines+markers",
                     name="per stream tok/s", hovertemplate="concurrency %{x}: %{y:.1f} tok/s per stream<extra></extra>")
+    beyond = [p for p in points if p.get("fits") is False]
+    if beyond:  # priced, but the KV cache (or max_num_seqs) does not admit that many requests at once
+        fig.add_scatter(x=[first_number(p, "concurrency") for p in beyond],
+                        y=[first_number(p, "aggregate_tok_s") for p in beyond], mode="markers", name="does not fit",
+                        marker=dict(symbol="x-thin-open", size=14, color=WARNING, line=dict(width=2)),
+                        hovertemplate="concurrency %{x}: does not fit the KV cache<extra></extra>")
     ceiling = first_number(data.audit, "ceiling_tok_s")
     xs = [v for v in x if v]
     if ceiling and xs:

@@ -194,7 +194,7 @@ def test_doctor_and_capacity_sections_render_in_chromium(browser, tmp_path):
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "second model" in refused.stderr
     assert doctor_path.read_bytes() == before
     assert cli(*capacity, "--html", str(capacity_path)).returncode == 0
-    for path, chart, table, rows in ((doctor_path, "chart-doctor", "#doctor-table", 4),
+    for path, chart, table, rows in ((doctor_path, "chart-doctor", "#doctor-table", 3),
                                      (capacity_path, "chart-capacity", "#capacity-table", 9)):
         page, problems = open_page(browser, path)
         page.wait_for_selector(f"#{chart} .main-svg", timeout=30_000)
@@ -272,10 +272,38 @@ RAW_FLOAT = re.compile(r"(?<![\d:.])\d+\.\d{4,}")  # not an arXiv id (arXiv:2504
 FIELD_NAME = re.compile(r"\b[a-z]+_(?:tok_s|bytes|gb|ms|ratio)\b|\btok s\b")
 
 
+# in every chart: a legend that covers an axis label; a byte axis whose ticks do not say bytes
+# ("3.5B" is plotly's billions); a capacity point that does not fit drawn like one that does
+CHART_TEXT_JS = """id => {
+    const div = document.getElementById(id);
+    const bad = [];
+    const legend = div.querySelector('g.legend');
+    const box = legend ? legend.getBoundingClientRect() : null;
+    for (const label of div.querySelectorAll('g.xtick text, g.ytick text, g.g-xtitle text, g.g-ytitle text')) {
+        const r = label.getBoundingClientRect();
+        if (box && r.width && r.left < box.right && r.right > box.left && r.top < box.bottom && r.bottom > box.top)
+            bad.push(id + ': the legend covers the axis label ' + JSON.stringify(label.textContent));
+    }
+    const layout = div._fullLayout;
+    for (const name of ['xaxis', 'yaxis']) {
+        const axis = layout[name];
+        const title = ((axis || {}).title || {}).text || '';
+        if (!/bytes/.test(title) || axis.type === 'log') continue;
+        for (const tick of div.querySelectorAll('g.' + name[0] + 'tick text'))
+            if (tick.textContent !== '0' && !/B$/.test(tick.textContent))
+                bad.push(id + ': byte tick ' + JSON.stringify(tick.textContent) + ' does not say bytes');
+    }
+    return bad;
+}"""
+
+
 def truth_problems(page) -> list[str]:
     """What the issue found wrong on the report pages, as checks: axis ranges outside or far past
-    the data, text outside its card, raw floats and field names in tables, cards and chart text."""
+    the data, text outside its card, raw floats and field names in tables, cards and chart text, legends
+    over axis labels, byte axes in billions."""
     problems = page.evaluate(OVERFLOW_JS)
+    for chart in page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => d.id)"):
+        problems += page.evaluate(CHART_TEXT_JS, chart)
     for chart in page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => d.id)"):
         for axis in page.evaluate(AXES_JS, chart):
             lo, hi = sorted(axis["range"])
@@ -302,7 +330,8 @@ def test_report_sections_tell_the_truth_in_chromium(browser, tmp_path):
     expected and eager points on the step model's curves."""
     model = str(REFERENCE / "nvidia__Qwen3-30B-A3B-NVFP4")
     report, compared, doctor = tmp_path / "report.html", tmp_path / "compare.html", tmp_path / "doctor.html"
-    for args in (["audit", model], ["plan", model], ["capacity", model], ["validate", model, "--measured", "58"]):
+    capacity = ["capacity", model, "--max-model-len", "32k"]  # 32k requests: the largest concurrencies do not fit
+    for args in (["audit", model], ["plan", model], capacity, ["validate", model, "--measured", "58"]):
         proc = cli(*args, "--html", str(report), "--record", str(tmp_path / "record.jsonl")) if args[0] == "validate" \
             else cli(*args, "--html", str(report))
         assert proc.returncode == 0, proc.stderr
@@ -311,7 +340,7 @@ def test_report_sections_tell_the_truth_in_chromium(browser, tmp_path):
     assert cli("doctor", "--capture", str(repo / "examples" / "doctor" / "qwen3-next-nvfp4-eager.capture.json"),
                "--hardware", "gb10", "--html", str(doctor)).returncode == 0
     plan_text = cli("plan", model).stdout
-    capacity_text = cli("capacity", model).stdout
+    capacity_text = cli(*capacity).stdout
 
     page, problems = open_page(browser, report)
     for chart in ("chart-layers", "chart-roofline", "chart-plan", "chart-capacity"):
@@ -336,6 +365,11 @@ def test_report_sections_tell_the_truth_in_chromium(browser, tmp_path):
     html_curve = page.evaluate("""() => Array.from(document.querySelectorAll('#capacity-table tbody tr'))
         .map(r => Array.from(r.cells).map(c => c.textContent.replace(/,/g, '')))""")
     assert [r[:4] for r in html_curve] == [r[:4] for r in terminal_curve] and len(html_curve) >= 5
+    # a point that does not fit is marked as such on the curve, every one of them
+    beyond = [int(r[0]) for r in terminal_curve if r[-1] == "no"]
+    marked = page.evaluate("""() => (document.getElementById('chart-capacity')._fullData
+        .find(t => t.name === 'does not fit') || {x: []}).x""")
+    assert beyond and sorted(marked) == sorted(beyond), (beyond, marked)
     # the audit's expected and eager points lie on the curves the legend names for them
     on_curve = page.evaluate("""() => {
         const data = document.getElementById('chart-roofline')._fullData;
