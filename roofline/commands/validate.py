@@ -90,7 +90,9 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         from roofline.live.bench import run_bench
 
         cfg = config_from(url, kwargs)
-        progress = None if as_json else (lambda message: echo(message, err=True))
+        from roofline.progress import reporter
+
+        progress = reporter(as_json)
         bench = run_bench(cfg, progress=progress).to_json()
         from roofline.untrusted import redact_url
 

@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass
 
 from roofline.data import load_table
-from roofline.errors import RooflineError
+from roofline.errors import RooflineError, unknown
 
 # safetensors dtype -> bits per element (safetensors' Dtype enum, including the sub-byte and
 # FP8 scale types added for NVFP4 / MXFP4 checkpoints)
@@ -65,7 +65,7 @@ def formats() -> dict[str, Format]:
 def get_format(key: str) -> Format:
     table = formats()
     if key not in table:
-        raise RooflineError(f"unknown format {key!r}; known: {', '.join(sorted(table))}")
+        raise unknown("format", key, {name: () for name in table})
     return table[key]
 
 

@@ -10,7 +10,7 @@ import msgspec
 from msgspec import Meta
 
 from roofline.data import load_table
-from roofline.errors import RooflineError
+from roofline.errors import RooflineError, unknown
 from roofline.schema import checked
 
 DEFAULT_HARDWARE = "gb10"
@@ -199,10 +199,11 @@ def catalogue() -> dict[str, Hardware]:
 def get_hardware(name: str | None = None, bandwidth_gbps: float | None = None) -> Hardware:
     """A catalogue entry by key or alias; --bandwidth overrides its bandwidth."""
     table = catalogue()
-    wanted = (name or DEFAULT_HARDWARE).lower()
+    # "DGX Spark" as people write it: the catalogue's keys and aliases are lower-case, hyphenated
+    wanted = "-".join((name or DEFAULT_HARDWARE).lower().split())
     found = table.get(wanted) or next((hw for hw in table.values() if wanted in hw.aliases), None)
     if found is None:
-        raise RooflineError(f"unknown hardware {name!r}; known: {', '.join(sorted(table))}")
+        raise unknown("hardware", name, {key: tuple(a for a in hw.aliases if a != key) for key, hw in table.items()})
     if bandwidth_gbps is not None:
         if bandwidth_gbps <= 0:
             raise RooflineError("--bandwidth must be positive")
