@@ -5,7 +5,7 @@
     add_to_report(path, cdn=None, **sections) -> int
     update_report(path, audit, cdn=False, **sections) -> int
 
-Sections (SECTIONS): plan, validation, compare, doctor, capacity, each the JSON its command prints.
+Sections (SECTIONS): plan, validation, compare, doctor, capacity, preflight, each the JSON its command prints.
 The page embeds its own data as JSON, so a command can add its section to a report that
 `audit --html` wrote earlier (add_to_report). plotly is imported only here, when a report is made:
 the CLI stays light.
@@ -25,7 +25,7 @@ from .view import as_rows, report_data
 __all__ = ["render_report", "write_audit_report", "add_to_report", "update_report", "read_report_data"]
 
 # the sections a report can hold besides the audit, in the order the page shows them
-SECTIONS = ("plan", "validation", "compare", "doctor", "capacity")
+SECTIONS = ("plan", "validation", "compare", "doctor", "capacity", "preflight")
 
 
 def _sections(given: dict) -> dict:

@@ -485,6 +485,36 @@ def capacity_section(data: ReportData, figure) -> str:
             + sortable_table("capacity-table", columns, rows) + "</section>")
 
 
+def preflight_section(data: ReportData) -> str:
+    """`roofline preflight`: the deployment as written, what vLLM would refuse, and each flag's effect."""
+    pre = data.preflight
+    if not pre:
+        return ""
+    flags = " ".join(f.get("given", "") for f in pre["deployment"].get("flags") or [] if isinstance(f, dict))
+    facts = [f"<li>flags: <code>{esc(flags or '(vLLM defaults)')}</code></li>"]
+    facts += [f"<li><b>vLLM refuses:</b> {esc(r)}</li>" for r in pre.get("refusals") or []]
+    if pre.get("error"):
+        facts.append(f"<li><b>cannot be served:</b> {esc(pre['error'])}</li>")
+    figures = pre.get("figures") or {}
+    if figures:
+        facts += [f"<li>1 stream: <b>{esc(_fixed(figures.get('tok_s_one_stream'), 1))}</b> tok/s; "
+                  f"{esc(_count(figures.get('streams')))} streams: <b>{esc(_fixed(figures.get('tok_s_aggregate'), 1))}"
+                  f"</b> tok/s ({esc(_fixed(figures.get('tok_s_per_stream'), 1))} each)</li>",
+                  f"<li>KV cache: <b>{esc(_count(figures.get('kv_tokens')))}</b> tokens, maximum concurrency "
+                  f"<b>{esc(_times(figures.get('max_concurrency')))}</b></li>"]
+    columns = [("flag", "text"), ("1 stream", "num"), ("streams", "num"), ("KV tokens", "num"), ("note", "text")]
+
+    def pct(value):
+        return ("" if value is None else f"{100 * value:+.0f}%", value if value is not None else 0)
+    rows = [[(e.get("given"), e.get("given")), pct((e.get("change") or {}).get("tok_s_one_stream")),
+             pct((e.get("change") or {}).get("tok_s_aggregate")), pct((e.get("change") or {}).get("kv_tokens")),
+             (e.get("note") or e.get("meaning"), e.get("note") or e.get("meaning"))]
+            for e in pre.get("effects") or [] if isinstance(e, dict)]
+    return ('<section id="preflight"><h2>Preflight of the deployment</h2>'
+            f'<ul class="facts">{"".join(facts)}</ul>'
+            + (sortable_table("preflight-table", columns, rows, wrap_columns={0}) if rows else "") + "</section>")
+
+
 def validation_section(data: ReportData) -> str:
     if not data.validation_rows:
         return ""
@@ -547,6 +577,7 @@ def render_page(data: ReportData, cdn: bool, embedded: dict) -> str:
 {compare_section(data, divs.get('chart-compare', ''))}
 {doctor_section(data, divs.get('chart-doctor', ''))}
 {capacity_section(data, divs.get('chart-capacity', ''))}
+{preflight_section(data)}
 {validation_section(data)}
 {cuda_graph_section(data)}
 {notes_section(data)}

@@ -48,6 +48,7 @@ class ReportData:
     compare_skipped: list[dict] = field(default_factory=list)
     doctor: dict | None = None  # `roofline doctor --json` output
     capacity: dict | None = None  # `roofline capacity --json` output
+    preflight: dict | None = None  # `roofline preflight --json` output
 
     @property
     def cuda_graph(self) -> dict | None:
@@ -132,7 +133,8 @@ def _only_dicts(rows: list, what: str) -> list[dict]:
     return list(rows)
 
 
-def report_data(audit: dict, plan=None, validation=None, compare=None, doctor=None, capacity=None) -> ReportData:
+def report_data(audit: dict, plan=None, validation=None, compare=None, doctor=None, capacity=None,
+                preflight=None) -> ReportData:
     """The page's view of the audit and each section (reports.SECTIONS), every one tolerant of absence."""
     if not isinstance(audit, dict) or "bytes_per_token" not in audit:
         raise RooflineError("report: the audit JSON has no bytes_per_token (is it `roofline audit --json` output?)")
@@ -153,6 +155,8 @@ def report_data(audit: dict, plan=None, validation=None, compare=None, doctor=No
                       compare_rows=compare_rows, compare_skipped=skipped,
                       doctor=doctor if isinstance(doctor, dict) and isinstance(doctor.get("causes"), list) else None,
                       capacity=capacity if isinstance(capacity, dict) and isinstance(capacity.get("curve"), list)
+                      else None,
+                      preflight=preflight if isinstance(preflight, dict) and isinstance(preflight.get("deployment"), dict)
                       else None)
 
 

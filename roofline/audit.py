@@ -84,6 +84,7 @@ class AuditResult:
     groups: list[Group]
     notes: list[str] = field(default_factory=list)
     cuda_graph: dict | None = None  # roofline.predict.graphs.cuda_graph_summary, on a GPU
+    deployment: object = None  # roofline.predict.deployment.Deployment the step runs (None: vLLM's defaults)
 
     @property
     def quantized(self) -> bool:
@@ -162,6 +163,8 @@ class AuditResult:
         }
         if self.cuda_graph is not None:
             out["cuda_graph"] = self.cuda_graph
+        if self.deployment is not None:
+            out["deployment"] = self.deployment.to_json()
         return out
 
 
@@ -198,9 +201,9 @@ def audit_step_config(scenario: Scenario) -> StepConfig:
 
 
 def run_audit(inventory: Inventory, scenario: Scenario, hardware: Hardware, *,
-              step_config: StepConfig | None = None) -> AuditResult:
+              step_config: StepConfig | None = None, deployment=None) -> AuditResult:
     check_max_model_len(inventory.config, scenario.context, "--context")
     traffic = compute_traffic(inventory, scenario)
     step = price_step(inventory, hardware, step_config or audit_step_config(scenario))
     return AuditResult(inventory, scenario, hardware, traffic, step, group_modules(traffic, is_quantized(inventory)),
-                       cuda_graph=cuda_graph_summary(step))
+                       cuda_graph=cuda_graph_summary(step), deployment=deployment)

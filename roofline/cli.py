@@ -17,6 +17,7 @@ COMMANDS = {
     "plan": ("roofline.commands.plan", "Simulate quantization formats and recommend format, backend and vLLM flags."),
     "compare": ("roofline.commands.compare", "Rank checkpoints of one model (or the hub's variants) by expected tok/s."),
     "capacity": ("roofline.commands.capacity", "How many concurrent requests fit in vLLM's KV cache, and the decode curve."),
+    "preflight": ("roofline.commands.preflight", "What a written-down vLLM serve line or recipe will do, before it starts."),
     "capture": ("roofline.commands.capture", "Load a model in vLLM with the roofline hook and write the live inventory."),
     "kernels": ("roofline.commands.kernels", "Kernels per decode step per layer, and the CUDA-graph benefit."),
     "bench": ("roofline.commands.bench", "Measure single-stream decode tok/s of an OpenAI-compatible server."),

@@ -23,7 +23,7 @@ from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
 from roofline.predict.launch import graphs_apply
 from roofline.predict.step import StepConfig, price_step
-from roofline.predict.topology import Topology, stage_layers, tensor_parallel_placement, tp_refusal
+from roofline.predict.topology import Topology, refusal, stage_layers, tensor_parallel_placement
 from roofline.predict.traffic import KV_DTYPE_BYTES, ROUTINGS, Scenario, compute_traffic, dtype_bytes
 
 from .scale_out import scale_out
@@ -57,6 +57,14 @@ class Request:
     gpus: int | None = None  # --gpus / --boxes: devices per box and boxes; the split plan --gpus / --boxes ranks first
     boxes: int | None = None
     network: str | None = None  # the link between boxes (hardware.toml [link.*] of scope network)
+    # the rest of a vLLM deployment (roofline/predict/deployment.py): pipeline stages, data-parallel
+    # engines and expert parallelism beside --tp, the backend and the speculation the curve runs
+    pp: int = 1
+    dp: int = 1
+    expert_parallel: bool = False
+    backend: object = None  # roofline.predict.backends.Backend; None: vLLM's default for the format
+    speculative_tokens: int = 0
+    acceptance_rate: float = 0.7  # per draft token (roofline.predict.speculation converts vLLM's figure)
 
 
 @dataclass
@@ -149,7 +157,8 @@ class Capacity:
             "schema": SCHEMA, "model": self.model_id,
             "hardware": {"key": hw.key, "name": hw.name, "bandwidth_gbps": hw.bandwidth_gbps,
                          "memory_gb": hw.memory_gb, "tensor_tflops": dict(hw.tensor_tflops)},
-            "request": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.request.__dict__.items()}
+            "request": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.request.__dict__.items()
+                        if k != "backend"} | {"backend": self.request.backend.name if self.request.backend else None}
             | {"kv_cache_dtype_resolved": self.kv_cache_dtype_resolved},
             "memory_terms": {t.name: {"bytes": t.bytes, "kind": t.kind, "source": t.source} for t in self.memory_terms},
             "kv_cache": self.kv.to_json(),
@@ -420,6 +429,10 @@ def _parallel(inventory: Inventory, hardware: Hardware, request: Request,
     links; for --gpus / --boxes the split plan --gpus / --boxes ranks first (advise/scale_out.py) at the
     curve's largest concurrency."""
     mode = {"graphs": False} if request.enforce_eager else {}  # the curve priced as the server runs
+    if request.backend is not None:
+        mode["backend"] = request.backend
+    if request.speculative_tokens:
+        mode |= {"speculative_tokens": request.speculative_tokens, "acceptance_rate": request.acceptance_rate}
     if request.gpus is not None or request.boxes is not None:
         concurrency = max(request.concurrency)
         plan = scale_out(inventory, hardware, boxes=request.boxes or 1, devices_per_box=request.gpus or 1,
@@ -432,13 +445,16 @@ def _parallel(inventory: Inventory, hardware: Hardware, request: Request,
                  "boxes": best.boxes, "ranked_by": f"{'aggregate' if concurrency > 1 else 'single-stream'} tok/s at concurrency {concurrency}",
                  "alternatives": [r.topology.label for r in plan.ranked[1:4]]}
         return mode | {"topology": best.topology, "placement": best.placement}, split
-    if request.tp == 1:
+    topology = Topology(tp=request.tp, pp=request.pp, dp=request.dp, expert_parallel=request.expert_parallel)
+    if topology.devices == 1:
         return mode, None
-    refusal = tp_refusal(inventory.config, request.tp)
-    if refusal:
-        raise RooflineError(f"--tp {request.tp}: vLLM refuses this split of {inventory.model_id}: {refusal}")
-    return mode | {"topology": Topology(tp=request.tp),
-                   "placement": tensor_parallel_placement(hardware, request.tp, request.link)}, None
+    reason = refusal(inventory.config, topology)
+    if reason:
+        where = f"--tp {request.tp}" if topology.devices == request.tp else topology.label
+        raise RooflineError(f"{where}: vLLM refuses this split of {inventory.model_id}: {reason}")
+    placement = tensor_parallel_placement(hardware, request.tp, request.link) if topology.devices == request.tp \
+        else None
+    return mode | {"topology": topology, **({"placement": placement} if placement else {})}, None
 
 
 def prefill_s(one, prompt_len: int) -> float:

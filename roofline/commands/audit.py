@@ -6,7 +6,7 @@ import click
 from roofline.files import write_json
 
 from . import types
-from .options import scenario_from, scenario_options, source_options
+from .options import priced_audit, scenario_from, scenario_options, source_options
 from .output import echo, print_json
 
 
@@ -25,14 +25,14 @@ def command(model, revision, config_only, no_cache, from_vllm, trust_remote_code
     """Bytes per decoded token, BF16 residuals and the decode ceiling of MODEL: a local
     checkpoint folder, a Hugging Face id (org/name; headers only, no weights), or a folder with
     just config.json."""
-    from roofline.audit import load_inventory, run_audit
+    from roofline.audit import load_inventory
 
     if not model and not from_vllm:
         raise click.UsageError("give MODEL (a folder or org/name) or --from-vllm CAPTURE.json")
-    scenario, hardware = scenario_from(kwargs)
+    scenario, hardware, deployment = scenario_from(kwargs, model)
     inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm,
                                trust_remote_code=trust_remote_code, use_cache=not no_cache)
-    result = run_audit(inventory, scenario, hardware)
+    result = priced_audit(inventory, scenario, hardware, deployment, use_cache=not no_cache)
     payload = None
     if as_json or json_out:
         payload = result.to_json()

@@ -1,15 +1,13 @@
 """roofline capacity MODEL"""
 from __future__ import annotations
 
-import os
-
 import click
 
 from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
-from .options import routing_option, source_options
+from .options import deployment_from, deployment_options, draft_inventory, routing_option, source_options
 from .output import echo, print_json
 
 DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
@@ -22,18 +20,6 @@ DEFAULT_PROMPT = 512
 @click.option("--hardware", "hardware_name", default=DEFAULT_HARDWARE, show_default=True,
               help="Target from the hardware catalogue or a `calibrate --save` entry.")
 @click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s.")
-@click.option("--gpu-memory-utilization", type=types.EFFICIENCY, default=None,
-              help="vLLM's share of device memory (default 0.92, vLLM's).")
-@click.option("--kv-cache-memory-bytes", type=types.MEMORY_BYTES, default=None,
-              help="Fix the KV cache size as vLLM's option does (no memory profile).")
-@click.option("--max-model-len", type=types.CONTEXT_TOKENS, default=None,
-              help="Tokens per request (default: the model's own limit, as vLLM).")
-@click.option("--max-num-seqs", type=types.SEQUENCES, default=None, help="vLLM's cap on running requests (default 256).")
-@click.option("--max-num-batched-tokens", type=types.BATCHED_TOKENS, default=None,
-              help="Tokens of the profiling run (default 8192); sizes the activation estimate.")
-@click.option("--block-size", type=types.BLOCK_TOKENS, default=None, help="KV block size in tokens (default: the platform's).")
-@click.option("--kv-cache-dtype", type=types.KV_CACHE_DTYPE, default="auto", show_default=True)
-@click.option("--no-prefix-caching", is_flag=True, help="As vLLM's --no-enable-prefix-caching (hybrid: one state block per request).")
 @click.option("--concurrency", "concurrency_text", default=DEFAULT_CONCURRENCY, show_default=True,
               help="Concurrency levels of the decode curve.")
 @click.option("--prompt-len", type=types.PROMPT_TOKENS, default=None,
@@ -55,23 +41,20 @@ DEFAULT_PROMPT = 512
                    "and what stops one more.")
 @click.option("--max-ttft", "max_ttft_s", type=types.SECONDS, default=None,
               help="SLO: seconds to a new request's first token (its prefill plus one step of the running batch).")
-@click.option("--enforce-eager", is_flag=True,
-              help="As vLLM's --enforce-eager: no CUDA-graph pool taken from the KV cache, and the curve priced "
-                   "with every kernel launched by the host.")
 @routing_option
+@deployment_options(skip=("tp",))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (schema roofline.capacity/1).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Add the capacity section to this HTML report, or write one.")
-def command(model, revision, config_only, no_cache, from_vllm, hardware_name, bandwidth, gpu_memory_utilization,
-            kv_cache_memory_bytes, max_model_len, max_num_seqs, max_num_batched_tokens, block_size, kv_cache_dtype,
-            no_prefix_caching, concurrency_text, prompt_len, output_len, tp, link, gpus, boxes, network, min_tok_s,
-            max_ttft_s, enforce_eager, routing, as_json, html_path):
+def command(model, revision, config_only, no_cache, from_vllm, hardware_name, bandwidth, concurrency_text, prompt_len,
+            output_len, tp, link, gpus, boxes, network, min_tok_s, max_ttft_s, routing, as_json, html_path, **kwargs):
     """How many concurrent requests fit in vLLM's KV cache on this hardware (the token count and
     maximum concurrency vLLM logs at start-up), and the decode curve: aggregate and per-stream tok/s
     per concurrency, what bounds each point, the knee where decode turns compute-bound, and TTFT."""
-    from roofline.advise.capacity import Request, capacity
+    from roofline.advise.capacity import capacity
+    from roofline.advise.deploy import capacity_request, deployed_inventory
     from roofline.audit import load_inventory
-    from roofline.model.limits import check_max_model_len, max_positions
+    from roofline.predict.deployment import checked
     from roofline.predict.hardware import get_hardware
     from roofline.render.capacity import render_capacity
 
@@ -84,29 +67,15 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
     if network is not None and boxes is None:
         raise RooflineError("--network applies to --boxes")
     hardware = get_hardware(hardware_name, bandwidth)
+    deployment, per_token = deployment_from(kwargs, model)
     inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm,
                                use_cache=not no_cache)
-    if prompt_len is None:
-        # the curve prices the requests the user asked about: of --max-model-len tokens when given
-        prompt_len = max(1, max_model_len - output_len) if max_model_len is not None else DEFAULT_PROMPT
-    if max_model_len is None:
-        max_model_len = max_positions(inventory.config)
-        if max_model_len is None:
-            raise RooflineError("the config states no max_position_embeddings: give --max-model-len")
-    check_max_model_len(inventory.config, max_model_len)
-    space = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
-    try:  # as vLLM-CPU reads it: an integer number of GiB, when set and not empty
-        space_gib = int(space) if space else None
-    except ValueError:
-        raise RooflineError(f"VLLM_CPU_KVCACHE_SPACE={space!r} is not a whole number of GiB") from None
-    request = Request(max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
-                      gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=kv_cache_memory_bytes,
-                      cpu_kvcache_space_gib=space_gib, max_num_seqs=max_num_seqs,
-                      max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
-                      prefix_caching=not no_prefix_caching, concurrency=levels, prompt_len=prompt_len,
-                      output_len=output_len, routing=routing, min_tok_s=min_tok_s, tp=tp, link=link,
-                      max_ttft_ms=None if max_ttft_s is None else max_ttft_s * 1e3, enforce_eager=enforce_eager,
-                      gpus=gpus, boxes=boxes, network=network)
+    checked(deployment, inventory, hardware)
+    deployed = deployed_inventory(inventory, deployment, draft_inventory(deployment, not no_cache))
+    request = capacity_request(deployment, inventory, hardware, per_token, levels=levels, prompt_len=prompt_len,
+                               output_len=output_len, routing=routing, min_tok_s=min_tok_s, max_ttft_s=max_ttft_s,
+                               tp=tp, link=link, gpus=gpus, boxes=boxes, network=network)
+    inventory = deployed
     result = capacity(inventory, hardware, request)
     payload = result.to_json()
     if as_json:
@@ -118,7 +87,8 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
         from roofline.predict.traffic import Scenario
         from roofline.reports import update_report
 
-        audit = run_audit(inventory, Scenario(context=result.context, kv_cache_dtype=kv_cache_dtype), hardware)
+        audit = run_audit(inventory, Scenario(context=result.context, kv_cache_dtype=deployment.kv_cache_dtype),
+                          hardware)
         update_report(html_path, audit, capacity=payload)
         if not as_json:
             echo(f"report: {html_path}")

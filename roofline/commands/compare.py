@@ -8,7 +8,7 @@ import click
 from roofline.errors import RooflineError
 
 from . import types
-from .options import no_cache_option, quiet_option, scenario_from, scenario_options
+from .options import no_cache_option, priced_audit, quiet_option, scenario_from, scenario_options
 from .output import echo, print_json
 
 
@@ -39,13 +39,16 @@ def command(models, base, limit, name_filter, sort, pool, revision, config_only,
     files (.json from `roofline capture`), in one table ranked by expected tok/s, with what makes
     each slower than the best. With --variants BASE, the hub's quantized variants of BASE."""
     from roofline.advise.compare import compare
-    from roofline.audit import load_inventory, run_audit
+    from roofline.audit import load_inventory
 
     if bool(models) == bool(base):
         raise click.UsageError("give checkpoints to compare (two or more) or --variants BASE, not both")
     if models and len(models) < 2:
         raise RooflineError("compare needs at least two checkpoints")
-    scenario, hardware = scenario_from(kwargs)
+    scenario, hardware, deployment = scenario_from(kwargs)
+
+    def run_audit(inventory, scenario, hardware):
+        return priced_audit(inventory, scenario, hardware, deployment, use_cache=not no_cache)
     inputs, skipped, unreadable = [], [], []
     if base:
         from roofline.sources.variants import audit_variants, list_variants
@@ -89,7 +92,7 @@ def command(models, base, limit, name_filter, sort, pool, revision, config_only,
     if not inputs:
         raise RooflineError("nothing to compare: " + "; ".join(f"{label}: {reason}" for label, reason in skipped))
     comparison = compare(inputs, hardware, skipped, sort=sort)
-    payload = comparison.to_json() if (as_json or html_path) else None
+    payload = comparison.to_json() | {"deployment": deployment.to_json()} if (as_json or html_path) else None
     if html_path:
         from roofline.reports import update_report
 

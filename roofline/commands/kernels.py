@@ -35,7 +35,7 @@ def command(model, trace_path, num_layers, backend, launch_us, revision, config_
 
     if not model and not trace_path and not from_vllm:
         raise click.UsageError("give MODEL (a folder or org/name), --from-vllm CAPTURE.json, or --trace TRACE")
-    scenario, hardware = scenario_from(kwargs)
+    scenario, hardware, deployment = scenario_from(kwargs, model)
     inventory = None
     if model or from_vllm:
         from roofline.audit import load_inventory
@@ -50,20 +50,27 @@ def command(model, trace_path, num_layers, backend, launch_us, revision, config_
                               model_id=inventory.model_id if inventory else None)
     graph = step = None
     if inventory is not None:
-        from roofline.audit import audit_step_config
+        from roofline.advise.deploy import priced
         from roofline.predict.backends import backend_named
         from roofline.predict.graphs import cuda_graph_summary
         from roofline.predict.step import price_step
 
+        from .options import draft_inventory
+        inventory, config = priced(inventory, deployment, hardware, batch=scenario.batch, context=scenario.context,
+                                   acceptance_rate=scenario.acceptance_rate, routing=scenario.routing,
+                                   draft=draft_inventory(deployment, not no_cache))
         # without a trace the step counts the kernels of the backend it runs (vLLM's default for the
-        # format on this device, or --backend): the table and the tok/s are of one backend
-        config = replace(audit_step_config(scenario), kernels=profile, host_us_per_kernel=launch_us,
-                         backend=backend_named(inventory.main_format(), backend, hardware) if backend else None)
+        # format on this device, --linear-backend / --moe-backend, or --backend): the table and the tok/s
+        # are of one backend
+        config = replace(config, kernels=profile, host_us_per_kernel=launch_us)
+        if backend:
+            config = replace(config, backend=backend_named(inventory.main_format(), backend, hardware))
         step = price_step(inventory, hardware, config)
         graph = cuda_graph_summary(step)
         profile = step.profile
     if as_json:
-        payload = {"schema": "roofline.kernels/1", "hardware": hardware.key, "kernels": profile.to_json()}
+        payload = {"schema": "roofline.kernels/1", "hardware": hardware.key, "kernels": profile.to_json(),
+                   "deployment": deployment.to_json()}
         if graph is not None:
             payload["cuda_graph"] = graph
         if step is not None:

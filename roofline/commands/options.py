@@ -1,8 +1,11 @@
 """Options shared by audit, plan and validate: the scenario and the hardware."""
 from __future__ import annotations
 
+import os
+
 import click
 
+from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE, get_hardware
 from roofline.predict.traffic import Scenario
 
@@ -16,32 +19,133 @@ routing_option = click.option(
          "shared (one prompt sent to every stream at temperature 0, as many benchmarks do: one token's experts).")
 
 
+class VllmValue(click.ParamType):
+    """One vLLM serve flag's value, read as vLLM reads it (roofline/data/vllm_args.toml through
+    predict/deployment.convert): a wrong one is one line and exit code 2."""
+
+    def __init__(self, flag):
+        self.flag = flag
+        self.name = flag.value
+
+    def convert(self, value, param, ctx):
+        from roofline.errors import RooflineError
+        from roofline.predict.deployment import convert
+
+        if not isinstance(value, str):
+            return value
+        try:
+            return convert(self.flag, value, self.flag.name)
+        except RooflineError as exc:
+            self.fail(str(exc).partition(": ")[2] or str(exc), param, ctx)
+
+
+def deployment_options(func=None, *, skip: tuple[str, ...] = ()):
+    """Every vLLM serve flag of the deployment table as an option, spelled as vLLM spells it, plus
+    --env KEY=VALUE and speculation's acceptance in vLLM's terms. `skip`: fields the command takes
+    its own way (none of the pricing commands drops one silently: test_deployment walks the table)."""
+    from roofline.predict.deployment import flags
+
+    def decorate(f):
+        options = []
+        for flag in flags():
+            if flag.field in skip:
+                continue
+            help_text = f"vLLM's {flag.name}: {flag.meaning}."
+            names = [n for n in flag.names if n != "-q"]  # -q is the tool's --quiet
+            if flag.value == "bool":
+                options.append(click.option(*names, flag.field, is_flag=True, default=None, help=help_text))
+            elif flag.value == "negatable":
+                options.append(click.option(f"{flag.name}/{flag.negative}", flag.field, default=None,
+                                            help=help_text))
+            else:
+                options.append(click.option(*names, flag.field, type=VllmValue(flag), default=None,
+                                            help=help_text))
+        options += [
+            click.option("--env", "env_assignments", multiple=True, metavar="KEY=VALUE",
+                         help="A vLLM environment switch as the server would see it (VLLM_NVFP4_GEMM_BACKEND, "
+                              "VLLM_USE_FLASHINFER_MOE_FP4, VLLM_TEST_FORCE_FP8_MARLIN, VLLM_CPU_KVCACHE_SPACE); "
+                              "the command's own environment is read too."),
+            click.option("--speculative", "speculative_tokens", type=types.DRAFT_TOKENS, default=0,
+                         show_default=True, help="MTP draft tokens per step (0: off); the short form of "
+                         "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": N}'."),
+            click.option("--acceptance-rate", type=types.ACCEPTANCE, default=None,
+                         help="Speculation's acceptance as vLLM reports it: accepted / drafted tokens "
+                              "(vllm:spec_decode_num_accepted_tokens / num_draft_tokens) [default: 0.5]."),
+            click.option("--mean-acceptance-length", type=types.Number(1, 65), default=None,
+                         help="Or vLLM's mean acceptance length: 1 + accepted tokens per draft."),
+        ]
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate(func) if func is not None else decorate
+
+
+DEFAULT_ACCEPTANCE_RATE = 0.5  # accepted / drafted, when speculation is on and no figure is given
+
+
+def deployment_from(kwargs: dict, model: str | None = None):
+    """Pop the deployment options out of a command's kwargs: one Deployment (the environment of the
+    command and each --env read as the server would read its own) and the per-token acceptance the
+    step model takes (converted from vLLM's figures by roofline.predict.speculation)."""
+    from roofline.predict.deployment import Speculation, flags, from_values, parse_env_assignments
+    from roofline.predict.speculation import per_token_acceptance
+
+    values = {f.field: kwargs.pop(f.field) for f in flags() if f.field in kwargs}
+    env = {**os.environ, **parse_env_assignments(kwargs.pop("env_assignments", ()) or ())}
+    shorthand = kwargs.pop("speculative_tokens", 0)
+    if shorthand:
+        if values.get("speculative_config") is not None:
+            raise RooflineError("--speculative and --speculative-config do not go together: give one")
+        values["speculative_config"] = Speculation("mtp", shorthand)
+    deployment = from_values(values, env, model=model)
+    rate, length = kwargs.pop("acceptance_rate", None), kwargs.pop("mean_acceptance_length", None)
+    if not deployment.speculative:
+        if rate is not None or length is not None:
+            raise RooflineError("--acceptance-rate / --mean-acceptance-length need speculative decoding "
+                                "(--speculative-config or --speculative N)")
+        return deployment, 0.7
+    if rate is None and length is None:
+        rate = DEFAULT_ACCEPTANCE_RATE
+    return deployment, per_token_acceptance(draft_tokens=deployment.speculative_tokens, acceptance_rate=rate,
+                                            mean_acceptance_length=length)
+
+
 def scenario_options(func):
     for option in reversed([
         click.option("--hardware", "hardware_name", default=DEFAULT_HARDWARE, show_default=True,
                      help="Target from the hardware catalogue (gb10, h100-sxm, h200, b200, rtx-pro-6000, ...)."),
         click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s."),
         click.option("--batch", type=types.SEQUENCES, default=1, show_default=True, help="Sequences decoded together."),
-        click.option("--context", type=types.CONTEXT_TOKENS, default=1024, show_default=True, help="Tokens in each sequence's KV cache."),
-        click.option("--kv-cache-dtype", type=types.KV_CACHE_DTYPE, default="auto",
-                     show_default=True, help="KV cache dtype (auto: the model dtype, as vLLM)."),
-        click.option("--speculative", "speculative_tokens", type=types.DRAFT_TOKENS, default=0, show_default=True,
-                     help="MTP draft tokens per step (0: off)."),
-        click.option("--acceptance-rate", type=types.ACCEPTANCE, default=0.7, show_default=True,
-                     help="Draft-token acceptance rate when --speculative is on."),
+        click.option("--context", type=types.CONTEXT_TOKENS, default=None,
+                     help="Tokens in each sequence's KV cache [default: 1024, or --max-model-len when shorter]."),
         routing_option,
     ]):
         func = option(func)
-    return func
+    return deployment_options(func)
 
 
-def scenario_from(kwargs: dict) -> tuple[Scenario, object]:
-    scenario = Scenario(batch=kwargs.pop("batch"), context=kwargs.pop("context"),
-                        kv_cache_dtype=kwargs.pop("kv_cache_dtype"),
-                        speculative_tokens=kwargs.pop("speculative_tokens"),
-                        acceptance_rate=kwargs.pop("acceptance_rate"), routing=kwargs.pop("routing")).validate()
+DEFAULT_CONTEXT = 1024
+
+
+def scenario_from(kwargs: dict, model: str | None = None):
+    """(scenario, hardware, deployment) of a command priced at one scenario: the deployment's KV dtype
+    and speculation, its --max-model-len bounding the context and its --max-num-seqs the batch."""
+    deployment, per_token = deployment_from(kwargs, model)
+    context, batch = kwargs.pop("context"), kwargs.pop("batch")
+    if context is None:
+        context = min(DEFAULT_CONTEXT, deployment.max_model_len or DEFAULT_CONTEXT)
+    if deployment.max_model_len is not None and context > deployment.max_model_len:
+        raise RooflineError(f"--context {context} is more than --max-model-len {deployment.max_model_len}: vLLM "
+                            "holds no request that long")
+    if deployment.max_num_seqs is not None and batch > deployment.max_num_seqs:
+        raise RooflineError(f"--batch {batch} is more than --max-num-seqs {deployment.max_num_seqs}: vLLM decodes at "
+                            f"most {deployment.max_num_seqs} sequences together")
+    scenario = Scenario(batch=batch, context=context, kv_cache_dtype=deployment.kv_cache_dtype,
+                        speculative_tokens=deployment.speculative_tokens, acceptance_rate=per_token,
+                        routing=kwargs.pop("routing")).validate()
     hardware = get_hardware(kwargs.pop("hardware_name"), kwargs.pop("bandwidth"))
-    return scenario, hardware
+    return scenario, hardware, deployment
 
 
 no_cache_option = click.option(
@@ -73,3 +177,28 @@ def source_options(func):
     ]):
         func = option(func)
     return func
+
+
+def draft_inventory(deployment, use_cache: bool = True):
+    """The draft checkpoint a --speculative-config names (eagle / draft_model), read as MODEL is; None
+    for MTP and n-gram drafting."""
+    spec = deployment.speculative
+    if not spec or not spec.reads_draft_checkpoint:
+        return None
+    from roofline.audit import load_inventory
+
+    try:
+        return load_inventory(spec.model, use_cache=use_cache)
+    except RooflineError as exc:
+        raise RooflineError(f"--speculative-config model {spec.model!r}: {exc}") from None
+
+
+def priced_audit(inventory, scenario, hardware, deployment, use_cache: bool = True):
+    """The audit of `inventory` as `deployment` runs it at `scenario` (audit, kernels, compare, validate)."""
+    from roofline.advise.deploy import priced
+    from roofline.audit import run_audit
+
+    deployed, config = priced(inventory, deployment, hardware, batch=scenario.batch, context=scenario.context,
+                              acceptance_rate=scenario.acceptance_rate, routing=scenario.routing,
+                              draft=draft_inventory(deployment, use_cache))
+    return run_audit(deployed, scenario, hardware, step_config=config, deployment=deployment)

@@ -11,10 +11,14 @@ from roofline.errors import RooflineError
 from . import types
 from .output import echo, print_json
 from .bench import bench_options, config_from
-from .options import no_cache_option, scenario_from, scenario_options
+from .options import no_cache_option, priced_audit, scenario_from, scenario_options
 
-SCENARIO_PARAMS = ("hardware_name", "bandwidth", "batch", "context", "kv_cache_dtype", "speculative_tokens",
-                   "acceptance_rate")
+def _scenario_params() -> tuple[str, ...]:
+    """Every option that sets the scenario or the deployment (refused beside --audit-json)."""
+    from roofline.predict.deployment import flags
+
+    return ("hardware_name", "bandwidth", "batch", "context", "routing", "speculative_tokens", "acceptance_rate",
+            "mean_acceptance_length", "env_assignments", *(f.field for f in flags()))
 
 
 def _load_json(path: str, what: str) -> dict:
@@ -80,7 +84,8 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         raise click.UsageError("give MODEL (a folder or org/name) or --audit-json FILE")
     if model and audit_json:
         raise RooflineError("give MODEL or --audit-json, not both")
-    explicit = {name for name in SCENARIO_PARAMS if ctx.get_parameter_source(name) != ParameterSource.DEFAULT}
+    explicit = {name for name in _scenario_params()
+                if name in ctx.params and ctx.get_parameter_source(name) != ParameterSource.DEFAULT}
     if audit_json and explicit:
         raise RooflineError(f"--audit-json carries its own scenario and hardware; drop "
                             f"{', '.join('--' + n.replace('_name', '').replace('_', '-') for n in sorted(explicit))}")
@@ -118,14 +123,15 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
 
     if audit_json:
         audit = _load_json(audit_json, "--audit-json")
-        for name in SCENARIO_PARAMS:
+        for name in _scenario_params():
             kwargs.pop(name, None)
     else:
-        from roofline.audit import load_inventory, run_audit
+        from roofline.audit import load_inventory
 
-        scenario, hardware = scenario_from(kwargs)
+        scenario, hardware, deployment = scenario_from(kwargs, model)
         inventory = load_inventory(model, revision=revision, config_only=config_only, use_cache=not no_cache)
-        audit = run_audit(inventory, scenario, hardware).to_json()
+        audited = priced_audit(inventory, scenario, hardware, deployment, use_cache=not no_cache)
+        inventory, audit = audited.inventory, audited.to_json()
 
     result = validate(audit, measured_tok_s)
     drafts = int((audit.get("scenario") or {}).get("speculative_tokens") or 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from roofline.audit import AuditResult
 from roofline.model.formats import format_label
 from roofline.predict.bands import band_short, band_text
+from roofline.predict.speculation import vllm_acceptance_rate
 from roofline.units import human_bytes, milliseconds
 
 from .text import text_table
@@ -32,6 +33,13 @@ def step_made_of(step) -> str:
     return " + ".join(parts) + f"; {b.bound}-bound"
 
 
+def deployment_lines(deployment) -> list[str]:
+    """The vLLM flags and switches the figures are priced with, as the user spelled them."""
+    if deployment is None or not deployment.spelled:
+        return []
+    return ["vllm: " + "  ".join(spelled for _, spelled in deployment.spelled)]
+
+
 def render_audit(result: AuditResult, max_rows: int = 25) -> str:
     inv, t, hw, s = result.inventory, result.traffic, result.hardware, result.scenario
     q = inv.quant
@@ -41,7 +49,9 @@ def render_audit(result: AuditResult, max_rows: int = 25) -> str:
         f"{'  kv-cache scales: ' + q.kv_cache if q.kv_cache else ''}",
         f"scenario: batch {s.batch}, context {s.context}, kv cache {t.kv_dtype}"
         f"{f', routing {s.routing}' if s.batch > 1 and inv.shape.num_experts else ''}"
-        f"{f', speculative {s.speculative_tokens} tokens' if s.speculative_tokens else ''}",
+        f"{f', speculative {s.speculative_tokens} tokens' if s.speculative_tokens else ''}"
+        f"{f' (vLLM acceptance {vllm_acceptance_rate(s.acceptance_rate, s.speculative_tokens):.0%})' if s.speculative_tokens else ''}",
+        *deployment_lines(result.deployment),
         f"hardware: {hw.name}, {hw.bandwidth_text()}",
         "",
         f"  weights resident     {human_bytes(inv.weight_bytes)}"

@@ -1,0 +1,584 @@
+"""A deployment in vLLM's own words: the serve flags and environment switches that move bytes,
+kernels, memory or time (roofline/data/vllm_args.toml), parsed once into one Deployment, and what the
+step model makes of it (pure: no file, network or process).
+
+Every command that prices a deployment reads its vLLM options through `from_values` (the CLI's
+options are made from the same table), `preflight` reads a whole serve line through `parse_serve_line`;
+both end in the same Deployment, checked against the checkpoint and the device as vLLM would
+(`refusals`), and turned into the one StepConfig the step model prices (`step_config`).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+import shlex
+from dataclasses import dataclass, field, fields, replace
+from typing import Iterable, Mapping
+
+from roofline.data import load_table
+from roofline.errors import RooflineError
+from roofline.model.inventory import Inventory
+
+from .backends import Backend, backends, backends_for, backend_named, default_backend
+from .hardware import Hardware
+from .topology import Topology, refusal
+from .traffic import KV_SPELLINGS
+
+# vLLM's speculative methods, as SpeculativeConfig normalises them: a model's own MTP head under any
+# of its names is "mtp" (vllm/config/speculative.py: deepseek_mtp, qwen3_next_mtp, ... -> mtp)
+MTP_METHODS = {"mtp", "deepseek_mtp", "mimo_mtp", "glm4_moe_mtp", "ernie_mtp", "qwen3_next_mtp", "qwen3_5_mtp",
+               "longcat_flash_mtp", "pangu_ultra_moe_mtp", "nemotron_h_mtp", "openpangu_mtp", "step3p5_mtp"}
+DRAFT_METHODS = {"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator"}  # a draft checkpoint of its own
+NO_WEIGHT_METHODS = {"ngram", "suffix"}  # drafted on the host from the text: no weights read
+SPECULATIVE_KEYS = {"method", "num_speculative_tokens", "model", "draft_tensor_parallel_size",
+                    "prompt_lookup_max", "prompt_lookup_min", "disable_by_batch_size", "quantization",
+                    "max_model_len", "revision", "code_revision", "disable_padded_drafter_batch",
+                    "speculative_token_tree", "parallel_drafting", "enforce_eager", "rejection_sample_method",
+                    "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+                    "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "draft_model_config",
+                    "disable_logprobs", "disable_log_stats", "acceptance_rate", "mean_acceptance_length"}
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """--speculative-config as vLLM reads it."""
+
+    method: str  # mtp | eagle | eagle3 | draft_model | ngram | suffix | medusa | mlp_speculator
+    tokens: int  # num_speculative_tokens
+    model: str | None = None  # the draft checkpoint (eagle / draft_model)
+
+    @property
+    def reads_draft_checkpoint(self) -> bool:
+        return self.method in DRAFT_METHODS
+
+    def to_json(self) -> dict:
+        return {"method": self.method, "num_speculative_tokens": self.tokens, "model": self.model}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What a `vllm serve` line says about bytes, kernels, memory and time (None: vLLM's default)."""
+
+    model: str | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    linear_backend: str | None = None
+    moe_backend: str | None = None
+    attention_backend: str | None = None
+    enforce_eager: bool = False
+    speculative: Speculation | None = None
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    expert_parallel: bool = False
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    block_size: int | None = None
+    prefix_caching: bool | None = None
+    fp8_marlin: bool = False  # VLLM_TEST_FORCE_FP8_MARLIN=1
+    cpu_kvcache_space_gib: int | None = None  # VLLM_CPU_KVCACHE_SPACE
+    # what the line said, in its own spelling, per field: {"enforce_eager": "--enforce-eager", ...}
+    spelled: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # the switches read (name, value), ours only
+    not_modelled: tuple[str, ...] = ()  # flags read that the tool does not price (with their values)
+    ignored: tuple[str, ...] = ()  # flags that move nothing priced (--port, --host, ...)
+
+    @property
+    def topology(self) -> Topology:
+        return Topology(self.tp, self.pp, self.dp, self.expert_parallel)
+
+    @property
+    def speculative_tokens(self) -> int:
+        return self.speculative.tokens if self.speculative else 0
+
+    def given(self) -> dict[str, str]:
+        """The fields the deployment set, with how they were spelled (flag and value)."""
+        return dict(self.spelled)
+
+    def without(self, name: str) -> "Deployment":
+        """This deployment with field `name` back at vLLM's default (what a flag costs or buys)."""
+        default = Deployment()
+        values = {name: getattr(default, name)}
+        if name == "speculative":
+            values["speculative"] = None
+        return replace(self, **values, spelled=tuple((k, v) for k, v in self.spelled if k != name))
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in ("spelled", "env", "not_modelled", "ignored", "speculative")}
+        out["speculative_config"] = self.speculative.to_json() if self.speculative else None
+        out["flags"] = [{"field": k, "given": v} for k, v in self.spelled]
+        out["env"] = dict(self.env)
+        out["not_modelled"] = list(self.not_modelled)
+        out["ignored"] = list(self.ignored)
+        return out
+
+
+# ----------------------------------------------------------------------------- the table
+
+@dataclass(frozen=True)
+class Flag:
+    field: str
+    names: tuple[str, ...]
+    value: str
+    meaning: str
+    source: str
+    choices: tuple[str, ...] = ()
+    negative: str | None = None
+    kind: str | None = None  # backend: linear | moe
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+
+@dataclass(frozen=True)
+class EnvSwitch:
+    name: str
+    sets: str
+    meaning: str
+    source: str
+    values: Mapping[str, str] = field(default_factory=dict)
+    applies_to: tuple[str, ...] = ()
+
+
+@functools.lru_cache(maxsize=1)
+def flags() -> tuple[Flag, ...]:
+    out = []
+    for entry in load_table("vllm_args")["flag"]:
+        entry = dict(entry)
+        entry["names"] = tuple(entry["names"])
+        entry["choices"] = tuple(entry.get("choices", ()))
+        out.append(Flag(**entry))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
+def env_switches() -> tuple[EnvSwitch, ...]:
+    return tuple(EnvSwitch(**{**e, "applies_to": tuple(e.get("applies_to", ()))})
+                 for e in load_table("vllm_args")["env"])
+
+
+@functools.lru_cache(maxsize=1)
+def _by_spelling() -> dict[str, Flag]:
+    out = {}
+    for flag in flags():
+        for name in flag.names + ((flag.negative,) if flag.negative else ()):
+            out[name] = flag
+    return out
+
+
+def _ignored() -> tuple[set[str], set[str]]:
+    table = load_table("vllm_args")["ignored"]
+    return set(table["with_value"]), set(table["without_value"])
+
+
+# ----------------------------------------------------------------------------- one value
+
+def convert(flag: Flag, raw, spelled: str | None = None):
+    """One flag's value as vLLM reads it, checked: a wrong one is one line naming the flag."""
+    where = spelled or flag.name
+    kind = flag.value
+    if kind == "bool":
+        return True if raw in (None, True) else _boolean(where, raw)
+    if kind == "negatable":
+        if spelled == flag.negative:
+            return False
+        return True if raw in (None, True) else _boolean(where, raw)
+    if raw is None:
+        raise RooflineError(f"{where}: needs a value")
+    text = str(raw).strip()
+    if kind in ("int", "tokens"):
+        number = _tokens(where, text) if kind == "tokens" else _whole(where, text)
+        return _bounded(flag, where, number)
+    if kind == "float":
+        try:
+            number = float(text)
+        except ValueError:
+            raise RooflineError(f"{where}: {text!r} is not a number") from None
+        if not math.isfinite(number):
+            raise RooflineError(f"{where}: {text!r} is not a finite number")
+        return _bounded(flag, where, number)
+    if kind == "kv_dtype":
+        resolved = KV_SPELLINGS.get(text.lower())
+        if resolved is None:
+            raise RooflineError(f"{where}: {text!r} is not a KV cache dtype vLLM takes here "
+                                f"({', '.join(KV_SPELLINGS)})")
+        return resolved
+    if kind == "backend":
+        table = load_table("serving")["backends"]
+        known = table[flag.kind]
+        if text.lower() not in known:
+            raise RooflineError(f"{where}: {text!r} is not one of vLLM's {flag.kind} backends ({', '.join(known)})")
+        return text.lower()
+    if kind == "choice":
+        wanted = {c.lower(): c for c in flag.choices}
+        if flag.field == "quantization":
+            return text.lower()  # checked against the checkpoint (refusals): its own method is fine too
+        if text.lower() not in wanted:
+            raise RooflineError(f"{where}: {text!r} is not one of {', '.join(flag.choices)}")
+        return wanted[text.lower()]
+    if kind == "json":
+        return speculation_from_json(text, where)
+    raise RooflineError(f"vllm_args.toml: {flag.name} has unknown value kind {kind!r}")
+
+
+def _boolean(where: str, raw) -> bool:
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise RooflineError(f"{where}: {raw!r} is not true or false")
+
+
+def _whole(where: str, text: str) -> int:
+    if not re.fullmatch(r"[+]?\d+", text):
+        raise RooflineError(f"{where}: {text!r} is not a whole number")
+    return int(text)
+
+
+_SUFFIX = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+
+
+def _tokens(where: str, text: str) -> int:
+    """vLLM's human_readable_int: 32k = 32,000 (lower case decimal), 32K = 32,768 (upper case binary)."""
+    found = _SUFFIX.fullmatch(text)
+    if not found:
+        return _whole(where, text)
+    number, suffix = found.groups()
+    if suffix.isupper():
+        if "." in number:
+            raise RooflineError(f"{where}: {text!r}: no decimals with a binary suffix")
+        return int(number) * 1024 ** " KMGT".index(suffix)
+    return int(float(number) * 1000 ** " kmgt".index(suffix))
+
+
+def _bounded(flag: Flag, where: str, number):
+    low_ok = flag.low is None or (number > flag.low if flag.low_open else number >= flag.low)
+    high_ok = flag.high is None or number <= flag.high
+    if not (low_ok and high_ok):
+        low = "" if flag.low is None else f"{flag.low:g} {'<' if flag.low_open else '<='} "
+        high = "" if flag.high is None else f" <= {flag.high:g}"
+        raise RooflineError(f"{where}: {number:g} is out of range ({low}x{high})")
+    return number
+
+
+def speculation_from_json(text: str, where: str = "--speculative-config") -> Speculation:
+    """--speculative-config as vLLM takes it: a JSON object with method and num_speculative_tokens
+    (a draft `model` for eagle / draft_model); vLLM's own model-specific MTP names are "mtp"."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        raise RooflineError(f"{where}: not JSON ({text[:80]!r})") from None
+    if not isinstance(value, dict):
+        raise RooflineError(f"{where}: give a JSON object such as "
+                            "'{\"method\": \"mtp\", \"num_speculative_tokens\": 2}'")
+    unknown = sorted(set(value) - SPECULATIVE_KEYS)
+    if unknown:
+        raise RooflineError(f"{where}: unknown key {unknown[0]!r} (vLLM's SpeculativeConfig has no such field)")
+    method, model = value.get("method"), value.get("model")
+    if model is not None and not isinstance(model, str):
+        raise RooflineError(f"{where}: model must be a string (a hub id or a folder)")
+    if method is None:  # vLLM infers the method from the draft model's name, else a draft model
+        method = "ngram" if model in ("ngram", "[ngram]") else "draft_model" if model else None
+    if not isinstance(method, str):
+        raise RooflineError(f"{where}: give a method (mtp, eagle, eagle3, ngram, draft_model)")
+    method = method.lower()
+    if method in MTP_METHODS:
+        method = "mtp"
+    elif method not in DRAFT_METHODS | NO_WEIGHT_METHODS:
+        known = sorted({"mtp"} | DRAFT_METHODS | NO_WEIGHT_METHODS)
+        raise RooflineError(f"{where}: method {method!r} is not one vLLM knows ({', '.join(known)})")
+    tokens = value.get("num_speculative_tokens")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 64:
+        raise RooflineError(f"{where}: num_speculative_tokens must be a whole number from 1 to 64")
+    if method in DRAFT_METHODS and not model:
+        raise RooflineError(f"{where}: method {method} needs the draft checkpoint as \"model\"")
+    return Speculation(method, tokens, model if method in DRAFT_METHODS else None)
+
+
+# ----------------------------------------------------------------------------- building one
+
+def from_values(values: Mapping[str, object], env: Mapping[str, str] | None = None, *,
+                spelled: Mapping[str, str] | None = None, model: str | None = None) -> Deployment:
+    """A Deployment from option values already read (`convert`) by the table's field names (None or
+    False: not given) and an environment. `spelled`: how each was written (default: the flag's name)."""
+    known = {f.field: f for f in flags()}
+    settings: dict = {}
+    said: list[tuple[str, str]] = []
+    for name, value in values.items():
+        if value is None or (value is False and known[name].value == "bool"):
+            continue
+        target = "speculative" if name == "speculative_config" else name
+        settings[target] = value
+        said.append((target, (spelled or {}).get(name) or _describe(known[name], value)))
+    env_settings, env_read = read_env(env or {})
+    for name, value in env_settings.items():
+        if name in ("linear_backend", "moe_backend") and settings.get(name):
+            continue  # the flag wins over the deprecated switch
+        settings[name] = value
+        said.append((name, next(f"{k}={v}" for k, v in env_read if _switch(k).sets == name)))
+    return Deployment(model=model, **settings, spelled=tuple(said), env=tuple(env_read))
+
+
+def _describe(flag: Flag, value) -> str:
+    if flag.value == "bool":
+        return flag.name
+    if flag.value == "negatable":
+        return flag.name if value else flag.negative
+    if isinstance(value, Speculation):
+        return f"{flag.name} " + json.dumps({"method": value.method, "num_speculative_tokens": value.tokens}
+                                            | ({"model": value.model} if value.model else {}))
+    return f"{flag.name} {value:g}" if isinstance(value, float) else f"{flag.name} {value}"
+
+
+def _switch(name: str) -> EnvSwitch:
+    return next(s for s in env_switches() if s.name == name)
+
+
+def read_env(env: Mapping[str, str]) -> tuple[dict, list[tuple[str, str]]]:
+    """The switches of the table found in `env`: {field: setting}, [(name, value)] (others ignored)."""
+    settings, read = {}, []
+    for switch in env_switches():
+        raw = env.get(switch.name)
+        if raw is None or str(raw).strip() == "":
+            continue
+        value = str(raw).strip()
+        if switch.sets == "cpu_kvcache_space_gib":
+            if not value.isdigit():
+                raise RooflineError(f"{switch.name}={value!r} is not a whole number of GiB")
+            settings[switch.sets] = int(value)
+        else:
+            wanted = {k.lower(): v for k, v in switch.values.items()}
+            if value.lower() not in wanted:
+                raise RooflineError(f"{switch.name}={value!r}: vLLM takes {', '.join(switch.values)}")
+            setting = wanted[value.lower()]
+            if switch.sets == "fp8_marlin":
+                settings["fp8_marlin"] = setting == "marlin"
+            else:
+                settings[switch.sets] = setting
+        read.append((switch.name, value))
+    return settings, read
+
+
+def parse_env_assignments(items: Iterable[str]) -> dict[str, str]:
+    """`--env KEY=VALUE` (or assignments before a serve line) -> {KEY: VALUE}."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise RooflineError(f"--env {item!r}: give KEY=VALUE")
+        out[key] = value
+    return out
+
+
+_ENTRYPOINTS = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+
+
+def split_serve_line(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """`[KEY=VALUE ...] (vllm serve MODEL | python -m vllm.entrypoints.openai.api_server) ARGS` ->
+    (environment assignments, the arguments after the program, MODEL first when positional)."""
+    env: dict[str, str] = {}
+    rest = list(words)
+    while rest and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", rest[0]):
+        key, _, value = rest.pop(0).partition("=")
+        env[key] = value
+    if rest and rest[0] == "env":  # `env K=V vllm serve ...`
+        rest.pop(0)
+        return (lambda more: ({**env, **more[0]}, more[1]))(split_serve_line(rest))
+    if len(rest) >= 2 and rest[0].rsplit("/", 1)[-1] == "vllm" and rest[1] == "serve":
+        return env, rest[2:]
+    if (len(rest) >= 3 and re.fullmatch(r"python[0-9.]*", rest[0].rsplit("/", 1)[-1]) and rest[1] == "-m"
+            and rest[2] in _ENTRYPOINTS):
+        return env, rest[3:]
+    raise RooflineError("not a vLLM serve line: give `vllm serve MODEL ...` or "
+                        "`python -m vllm.entrypoints.openai.api_server --model MODEL ...`")
+
+
+def parse_serve_line(words: list[str] | str, env: Mapping[str, str] | None = None) -> Deployment:
+    """A whole `vllm serve` line (words, or one string as a shell would split it) -> Deployment.
+    Flags of the table are read and checked; flags that move nothing priced are skipped with their
+    value; any other flag is kept as `not_modelled` (with its value), never silently dropped."""
+    if isinstance(words, str):
+        try:
+            words = shlex.split(words.replace("\\\n", " "))
+        except ValueError as exc:
+            raise RooflineError(f"the serve line does not parse as a shell command: {exc}") from None
+    line_env, args = split_serve_line(words)
+    env = {**(env or {}), **line_env}
+    with_value, without_value = _ignored()
+    by_spelling = _by_spelling()
+    values: dict[str, object] = {}
+    spelled: dict[str, str] = {}
+    model = None
+    not_modelled, ignored = [], []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        i += 1
+        if not word.startswith("-") or word == "-":
+            if model is None:
+                model = word
+                continue
+            raise RooflineError(f"unexpected argument {word!r} in the serve line (MODEL was {model!r})")
+        name, eq, inline = word.partition("=")
+        if name.startswith("--") and "_" in name:
+            name = name.replace("_", "-")  # vLLM's argparse takes --max_model_len as --max-model-len
+        if name.startswith(("-cc.", "--compilation-config.", "-O.")) or re.fullmatch(r"-O[0-3]", name):
+            not_modelled.append(word)
+            continue
+        flag = by_spelling.get(name)
+        takes_value = flag is not None and flag.value not in ("bool", "negatable")
+        if flag is None:
+            takes_value = name in with_value or (name not in without_value and not eq and i < len(args)
+                                                 and not args[i].startswith("-"))
+        value = inline if eq else None
+        if takes_value and not eq:
+            if i >= len(args):
+                raise RooflineError(f"{name}: needs a value")
+            value = args[i]
+            i += 1
+        if flag is None:
+            if name == "--model":
+                model = value
+            elif name in with_value or name in without_value:
+                ignored.append(name)
+            else:
+                not_modelled.append(name + (f" {value}" if value is not None else ""))
+            continue
+        values[flag.field] = convert(flag, value, name)
+        spelled[flag.field] = name + (f" {value}" if value is not None else "")
+    if model is None:
+        raise RooflineError("the serve line names no model (`vllm serve MODEL` or --model MODEL)")
+    deployment = from_values(values, env, spelled=spelled, model=model)
+    return replace(deployment, not_modelled=tuple(not_modelled), ignored=tuple(ignored))
+
+
+# ----------------------------------------------------------------------------- vLLM's refusals
+
+def _quant_method(inventory: Inventory) -> str:
+    return (inventory.quant.method or "none").lower()
+
+
+def refusals(deployment: Deployment, inventory: Inventory, hardware: Hardware) -> list[str]:
+    """What vLLM would refuse of this deployment on this checkpoint and device, each as one line
+    naming why (empty: vLLM starts it)."""
+    out = []
+    method, main = _quant_method(inventory), inventory.main_format()
+    if deployment.quantization:
+        if deployment.quantization in ("fp8",) and method in ("none", ""):
+            if float(hardware.compute_capability or 0) < 8.0 and hardware.host != "cpu":
+                out.append(f"--quantization fp8: needs compute capability 8.0 or newer ({hardware.name}: "
+                           f"{hardware.compute_capability})")
+        elif deployment.quantization != method and not method.startswith(deployment.quantization):
+            out.append(f"--quantization {deployment.quantization}: Quantization method specified in the model "
+                       f"config ({method}) does not match the quantization method specified in the "
+                       f"`quantization` argument ({deployment.quantization})")
+    fmt = "fp8" if deployment.quantization == "fp8" and method in ("none", "") else main
+    for kind in ("linear", "moe"):
+        name = getattr(deployment, f"{kind}_backend")
+        if name is None or fmt in ("bf16", "fp16", "fp32"):
+            continue
+        reason = _backend_refusal(fmt, name, kind, hardware)
+        if reason:
+            out.append(reason)
+    if deployment.max_model_len is not None:
+        from roofline.model.limits import max_positions
+
+        limit = max_positions(inventory.config)
+        if limit is not None and deployment.max_model_len > limit:
+            out.append(f"--max-model-len {deployment.max_model_len}: User-specified max_model_len "
+                       f"({deployment.max_model_len}) is greater than the derived max_model_len "
+                       f"(max_position_embeddings={limit} in the model's config.json)")
+    topology = deployment.topology
+    if topology.expert_parallel and not inventory.shape.num_experts:
+        out.append("--enable-expert-parallel: the model has no MoE experts to split")
+    reason = refusal(inventory.config or {}, topology)
+    if reason:
+        out.append(reason)
+    spec = deployment.speculative
+    if spec and spec.method == "mtp" and not any(m.role == "mtp" for m in inventory.modules):
+        out.append(f"--speculative-config method mtp: {inventory.model_id} has no MTP layers "
+                   "(num_nextn_predict_layers / mtp_num_hidden_layers is 0)")
+    return out
+
+
+def _family(fmt: str) -> str:
+    """NVFP4 W4A4 and W4A16 are one family of weights: a backend of either may be asked of a checkpoint."""
+    return fmt.split("-w")[0]
+
+
+def _backend_refusal(fmt: str, name: str, kind: str, hardware: Hardware) -> str | None:
+    """vLLM's refusal of --linear-backend / --moe-backend NAME for `fmt` here: a kernel that needs a
+    newer (or older) GPU, or any kernel on vLLM-CPU. A backend no table rates for the format is not
+    refused (vLLM has more than the tool rates): the step prices it as the default and says so."""
+    if hardware.host == "cpu":
+        return f"--{kind}-backend {name}: vLLM-CPU has no {name} kernels"
+    family = [b for b in backends() if _family(b.format) == _family(fmt) and name in (b.linear_backend, b.moe_backend)]
+    if not family or any(b in backends_for(b.format, hardware) for b in family):
+        return None
+    need = family[0]
+    bound = f"{need.min_cc:g} or newer" + (f" and below {need.max_cc:g}" if need.max_cc else "")
+    return (f"--{kind}-backend {name}: {need.name} needs compute capability {bound}; {hardware.name} is "
+            f"{hardware.compute_capability}")
+
+
+def checked(deployment: Deployment, inventory: Inventory, hardware: Hardware) -> Deployment:
+    """The deployment, or one line with vLLM's first refusal (the commands that price one scenario)."""
+    found = refusals(deployment, inventory, hardware)
+    if found:
+        raise RooflineError(found[0] + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
+    return deployment
+
+
+# ----------------------------------------------------------------------------- what it prices
+
+def online_format(deployment: Deployment, inventory: Inventory) -> str | None:
+    """The format vLLM quantizes a BF16 / FP16 checkpoint to at load (None: none)."""
+    if deployment.quantization == "fp8" and _quant_method(inventory) in ("none", ""):
+        return "fp8"
+    return None
+
+
+def backend(deployment: Deployment, inventory: Inventory, hardware: Hardware) -> Backend | None:
+    """The GEMM / MoE backend of the main format the deployment runs (None: vLLM's default)."""
+    fmt = inventory.main_format()
+    if deployment.fp8_marlin and fmt in ("fp8", "fp8-block"):
+        return backend_named(fmt, "marlin", hardware)
+    wanted = [deployment.moe_backend, deployment.linear_backend] if inventory.shape.num_experts else \
+        [deployment.linear_backend, deployment.moe_backend]
+    names = [n for n in wanted if n]
+    if not names or fmt in ("bf16", "fp16", "fp32"):
+        return None
+    # a backend that rates this format (or its family: NVFP4 W4A4 and W4A16 are the same weights) here
+    # wins; else the first named, priced as the default (the step says it is unrated)
+    siblings = sorted({b.format for b in backends() if _family(b.format) == _family(fmt)}, key=lambda f: f != fmt)
+    for name in names:
+        for entry in (e for sibling in siblings for e in backends_for(sibling, hardware)):
+            if name in (entry.linear_backend, entry.moe_backend):
+                return entry
+    return backend_named(fmt, names[0], hardware) if names[0] != default_backend(fmt, hardware).linear_backend \
+        else None
+
+
+def step_config(deployment: Deployment, inventory: Inventory, hardware: Hardware, *, batch: int, context: int,
+                acceptance_rate: float, routing: str = "uniform") -> "StepConfig":
+    """The serving configuration the step model prices for this deployment: its KV dtype, graph mode,
+    backend, topology and speculation at `batch` streams of `context` tokens (`acceptance_rate`: the
+    per-token chance, roofline.predict.speculation converts vLLM's figures to it)."""
+    from .step import StepConfig
+
+    spec = deployment.speculative
+    return StepConfig(batch=batch, context=context, kv_cache_dtype=deployment.kv_cache_dtype,
+                      graphs=not deployment.enforce_eager, backend=backend(deployment, inventory, hardware),
+                      topology=deployment.topology, speculative_tokens=spec.tokens if spec else 0,
+                      acceptance_rate=acceptance_rate if spec else 0.7, routing=routing)

@@ -1,0 +1,79 @@
+"""`roofline preflight` in the terminal, made from its JSON (roofline.preflight/1)."""
+from __future__ import annotations
+
+from roofline.units import human_bytes, milliseconds
+
+from .text import terminal_width, text_table, wrapped
+
+
+def _percent(change: float | None) -> str:
+    return "" if change is None else f"{100 * change:+.0f}%"
+
+
+def render_preflight(payload: dict) -> str:
+    width = terminal_width()
+    deployment = payload["deployment"]
+    lines = []
+    if payload.get("recipe"):
+        recipe = payload["recipe"]
+        lines += wrapped(f"recipe: {recipe['name']} ({recipe['path']})", width)
+        lines += wrapped(f"runs: {recipe['serve_line']}", width, "", "  ")
+    lines += wrapped(f"preflight: {payload['model']} on {payload['hardware']}", width)
+    flags = [f["given"] for f in deployment["flags"]]
+    if flags:
+        lines += wrapped("priced with: " + "  ".join(flags), width, "", "  ")
+    if deployment["not_modelled"]:
+        lines += wrapped("not modelled (read, not priced): " + ", ".join(deployment["not_modelled"]), width, "", "  ")
+    for reason in payload["refusals"]:
+        lines += wrapped(f"vLLM refuses: {reason}", width, "", "  ")
+    if payload["error"]:
+        lines += wrapped(f"cannot be served: {payload['error']}", width, "", "  ")
+    if not payload["figures"]:
+        return "\n".join(lines)
+    audit, cap, figures = payload["audit"], payload["capacity"], payload["figures"]
+    one, many, work = payload["one_stream"], payload["at_max_num_seqs"], payload["workload"]
+    kv = cap["kv_cache"]
+    many_label = f"{many['concurrency']} streams" + ("" if many["concurrency"] == (deployment["max_num_seqs"] or 256)
+                                                     else " (all fit)")
+    terms = cap["memory_terms"]
+    weights = terms["weights"]["bytes"]
+    per_gpu = " per GPU" if (deployment["tp"] * deployment["pp"] * deployment["dp"]) > 1 else ""
+    band = audit["expected_band"]
+    band_text = f" ±{100 * band['error']:.0f}%" if band.get("error") is not None else ""
+    lines += [
+        "",
+        f"  weights{per_gpu:<9}    {human_bytes(weights)}  ({audit['quantization']['method']}"
+        f"{', ' + audit['quantization']['algo'] if audit['quantization'].get('algo') else ''})",
+        f"  KV cache{per_gpu:<8}    {human_bytes(terms['kv_cache']['bytes'])}: {kv['tokens']:,} tokens, "
+        f"maximum concurrency {kv['max_concurrency']:.2f}x for {kv['max_model_len']:,} tokens per request "
+        f"(as vLLM logs it)",
+        f"  bytes / token       {human_bytes(audit['bytes_per_token'])}  (weights "
+        f"{human_bytes(audit['weight_bytes_per_token'])}, KV {human_bytes(audit['kv_bytes_per_token'])}, state "
+        f"{human_bytes(audit['state_bytes_per_token'])}) at {cap['context']:,} tokens of context",
+        f"  ceiling             {audit['ceiling_tok_s']:.1f} tok/s one stream",
+        f"  1 stream            {one['aggregate_tok_s']:.1f} tok/s{band_text}  ({one['bound']}-bound, step "
+        f"{milliseconds(one['step_ms'])})",
+        f"  {many_label:<20}{many['aggregate_tok_s']:.1f} tok/s, {many['per_stream_tok_s']:.1f} each  "
+        f"({many['bound']}-bound)",
+        f"  TTFT                {milliseconds(cap['ttft_ms'])} for a {work['prompt_len']:,}-token prompt",
+    ]
+    lines += wrapped(f"validated: {band['text']}", width, "  ", "    ")
+    residuals = audit["residuals"]
+    if residuals:
+        total = sum(r["bytes_per_token"] for r in residuals)
+        lines += wrapped(f"stayed BF16: {human_bytes(total)} per token in " + ", ".join(
+            f"{r['label']} x{r['count']}" for r in residuals[:6]), width, "  ", "    ")
+    if payload["break_even_acceptance"] is not None and work.get("vllm_acceptance_rate") is not None:
+        lines += wrapped(f"speculation: at {work['vllm_acceptance_rate']:.0%} acceptance (accepted / drafted); it stops "
+                         f"paying below {payload['break_even_acceptance']:.0%}", width, "  ", "    ")
+    if payload["effects"]:
+        lines += ["", "what each flag costs or buys against vLLM's default (the same pricing without it):"]
+        rows = []
+        for effect in payload["effects"]:
+            change = effect["change"]
+            rows.append([effect["given"], _percent(change["tok_s_one_stream"]),
+                         _percent(change["tok_s_aggregate"]), _percent(change["kv_tokens"]),
+                         effect["note"] or effect["meaning"]])
+        header = ["flag", "1 stream", f"{many['concurrency']} streams", "KV tokens", ""]
+        lines += ["  " + line for line in text_table([header] + rows, right={1, 2, 3})]
+    return "\n".join(lines)
