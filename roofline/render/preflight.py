@@ -65,7 +65,8 @@ def render_preflight(payload: dict) -> str:
             f"{r['label']} x{r['count']}" for r in residuals[:6]), width, "  ", "    ")
     if payload["break_even_acceptance"] is not None and work.get("vllm_acceptance_rate") is not None:
         lines += wrapped(f"speculation: at {work['vllm_acceptance_rate']:.0%} acceptance (accepted / drafted); it stops "
-                         f"paying below {payload['break_even_acceptance']:.0%}", width, "  ", "    ")
+                         f"paying below {payload['break_even_acceptance']:.0%}. Not validated: the band above is of "
+                         "decoding without speculation", width, "  ", "    ")
     if payload["effects"]:
         lines += ["", "what each flag costs or buys against vLLM's default (the same pricing without it):"]
         rows = []
