@@ -171,13 +171,6 @@ def test_acceptance_is_given_as_vllm_reports_it():
     assert short["expected_tok_s"] == pytest.approx(by_rate["expected_tok_s"], rel=1e-9)
 
 
-def test_an_mtp_layers_routed_experts_are_read_as_routed_not_whole():
-    """A MoE MTP head reads the experts its draft token picks, not all of them, each draft."""
-    out = as_json("audit", HYBRID_NVFP4, "--hardware", "gb10", "--speculative", "2", "--acceptance-rate", "0.5")
-    experts = next(m for m in out["modules"] if m["name"] == "mtp.layers.0.mlp.experts")
-    assert experts["read_fraction"] == pytest.approx(2 * 8 / 256)
-
-
 def test_speculative_config_spellings():
     assert speculation_from_json('{"method": "deepseek_mtp", "num_speculative_tokens": 1}').method == "mtp"
     ngram = speculation_from_json('{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}')
@@ -306,3 +299,22 @@ def test_a_bad_recipe_is_one_line(tmp_path, text, fragment):
     proc, _ = preflight("--recipe", str(recipe))
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode != 0 and len(lines) == 1 and fragment in lines[0], proc.stderr
+
+
+def test_the_published_mtp_sweep_from_vllm_reported_acceptance():
+    """Qwen3.6-35B-A3B NVFP4 on GB10 at 0-4 MTP tokens (benchmarks/gb10/mtp_sweep.csv), predicted from the
+    acceptance vLLM reports, converted once. Out of sample (nothing was fitted to it): within 20% at every
+    point, speculation never predicted to pay here as measured, and the conversion much closer than taking
+    vLLM's figure for the per-token chance (26.5 tok/s at 4 drafts where 41 were measured)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mtp_sweep", REPO / "benchmarks" / "gb10" / "mtp_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.sweep()
+    assert [r["draft_tokens"] for r in rows] == [0, 1, 2, 3, 4]
+    assert all(abs(r["error"]) < 0.20 for r in rows), rows
+    assert all(r["predicted"] < rows[0]["predicted"] for r in rows[1:])
+    unconverted = as_json("audit", str(REPO / "examples" / "Qwen3.6-35B-A3B-NVFP4"), "--hardware", "gb10",
+                          "--speculative", "4", "--mean-acceptance-length", str(1 + 0.29 * (1 - 0.29 ** 4) / 0.71))
+    assert abs(unconverted["expected_tok_s"] / 41.0 - 1) > abs(rows[4]["error"]) + 0.1

@@ -54,6 +54,13 @@ class Workload:
     tp: int = 1
     link: str | None = None
     routing: str = "uniform"  # MoE experts per step of several streams (traffic.Scenario)
+    # what a vLLM deployment fixes of every row (roofline/predict/deployment.py): eager or CUDA graphs,
+    # speculation (vLLM's --speculative-config JSON and the per-token acceptance), backends asked for
+    graphs: bool = True
+    speculative_config: str | None = None
+    speculative_tokens: int = 0
+    acceptance_rate: float = 0.7
+    backend_names: tuple[str, ...] = ()  # --linear-backend / --moe-backend given: only rows on them
 
     def validate(self) -> "Workload":
         if self.concurrency < 1:
@@ -131,7 +138,8 @@ def row_config(workload: "Workload", backend: Backend | None, kv: str, hardware:
     if workload.tp > 1:
         topology, placement = Topology(tp=workload.tp), tensor_parallel_placement(hardware, workload.tp, workload.link)
     return StepConfig(batch=batch, context=workload.context, kv_cache_dtype=kv, backend=backend,
-                      topology=topology, placement=placement, routing=workload.routing)
+                      topology=topology, placement=placement, routing=workload.routing, graphs=workload.graphs,
+                      speculative_tokens=workload.speculative_tokens, acceptance_rate=workload.acceptance_rate)
 
 
 # --------------------------------------------------------------------------- reasons
@@ -231,6 +239,14 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
         traffic1 = compute_traffic(sim, Scenario(batch=1, context=workload.context, kv_cache_dtype=kv))
         sims[(fmt, recipe_name)] = (sim, traffic1)
         candidates = backends_for(fmt, hardware)
+        if workload.backend_names and candidates:  # the deployment's --linear-backend / --moe-backend only
+            candidates = [b for b in candidates
+                          if {b.linear_backend, b.moe_backend} & set(workload.backend_names)
+                          or not b.linear_backend and not b.moe_backend]
+            if not candidates:
+                notes.append(f"{unservable}: none of its vLLM kernels on {hardware.name} is "
+                             f"{' / '.join(workload.backend_names)} (the backend flags given)")
+                return []
         if not candidates:
             notes.append(f"{unservable}: no vLLM kernel for it on {hardware.name} "
                          f"(compute capability {hardware.compute_capability})")
@@ -270,7 +286,7 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
     if top is not None and top.decided_by:
         top.reasons.insert(0, f"a tie within ±{100 * tol:.0f}% (the model's validated error here) with "
                               f"{', '.join(top.tied_with)}; decided by: {top.decided_by}")
-    return results, notes
+    return results, list(dict.fromkeys(notes))  # a format under several recipes says its note once
 
 
 def _check_split(base: Inventory, hardware: Hardware, workload: Workload) -> None:
@@ -285,7 +301,7 @@ def _check_split(base: Inventory, hardware: Hardware, workload: Workload) -> Non
 def tie_tolerance(base: Inventory, hardware: Hardware, workload: "Workload") -> tuple[float, str]:
     """The tie tolerance of this plan: the validated band of its class (family, device, mode, format,
     concurrency), ties.tolerance."""
-    return tolerance(band_for(base, hardware, graphs=True, batch=workload.concurrency))
+    return tolerance(band_for(base, hardware, graphs=workload.graphs, batch=workload.concurrency))
 
 
 def _without_copies_of_given(results: list[Recommendation]) -> list[Recommendation]:
@@ -372,6 +388,10 @@ def _evaluate(base: Inventory, sim: Inventory, traffic1: Traffic, hardware: Hard
     flags += unified_memory_flags(hardware, weights_on_rank)
     boxes = single.placement.boxes
     flags += parallel_flags(config.topology, boxes) if workload.tp > 1 else []
+    if not workload.graphs:
+        flags.append("--enforce-eager")
+    if workload.speculative_config:
+        flags.append(f"--speculative-config={workload.speculative_config}")
     rec.flags = flags
     if backend.reason:
         rec.reasons.append(backend.reason)
@@ -474,7 +494,7 @@ class Plan:
                 for s in self.simulated
             ],
             "recommendations": [r.to_json() for r in self.recommendations],
-            "band": band_json(band_for(inv, hw, graphs=True, batch=w.concurrency)),
+            "band": band_json(band_for(inv, hw, graphs=w.graphs, batch=w.concurrency)),
             "top_pick": self.top.to_json() if self.top else None,
             "pick_at_one": ({"format": self.pick_at_one.format, "recipe": self.pick_at_one.recipe,
                              "single_stream_tok_s": self.pick_at_one.single_stream_tok_s}
@@ -491,7 +511,8 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
                concurrency: int = 1, context: int = 4096, kv_cache_dtype: str = "auto",
                memory_budget_gb: float | None = None, tp: int = 1, link: str | None = None,
                record_rows: list[dict] | None = None, base_of: Inventory | None = None,
-               served_as: str | None = None, published: list[dict] | None = None, routing: str = "uniform") -> Plan:
+               served_as: str | None = None, published: list[dict] | None = None, routing: str = "uniform",
+               deployment: dict | None = None) -> Plan:
     """The plan for `inventory` (an unquantized base). `base_of`: the quantized checkpoint the base
     was derived from, when the user gave one; `record_rows`: the user's validation record, evidence
     for breaking ties; `served_as`: the model as the user named it (a path or hub id), which the
@@ -502,7 +523,9 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
         get_format(fmt)
     for name in recipes:
         get_recipe(name)
-    workload = Workload(concurrency, context, kv_cache_dtype, memory_budget_gb, tp, link, routing).validate()
+    # deployment: the Workload fields a vLLM deployment fixes for every row (graphs, speculation, backends)
+    workload = Workload(concurrency, context, kv_cache_dtype, memory_budget_gb, tp, link, routing,
+                        **(deployment or {})).validate()
     check_max_model_len(inventory.config, context, "--context")
     _check_split(inventory, hardware, workload)
     simulated = simulate_all(inventory, formats, recipes, hardware,

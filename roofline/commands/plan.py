@@ -7,13 +7,19 @@ from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
-from .options import no_cache_option, quiet_option, routing_option
+from .options import deployment_from, deployment_options, no_cache_option, quiet_option, routing_option
 from .output import echo, print_json
 
 DEFAULT_FORMATS = "bf16,fp8,nvfp4-w4a16,nvfp4-w4a4,mxfp4,int4-awq"
 # "aggressive" (lm_head in 4 bits too) trades accuracy for bytes: compared only when asked for
 DEFAULT_RECIPES = "default,modelopt,hybrid-safe"
 DEFAULT_CONTEXT = 4096
+# the deployment flags plan answers its own way: it simulates formats (--quantization), takes --tp and
+# --kv-cache-dtype as options of its own, and prices the rows at --context / --concurrency (a serve
+# line's --max-model-len / --max-num-seqs are what its rows print)
+PLAN_OWN = ("quantization", "tp", "kv_cache_dtype", "max_model_len", "max_num_seqs", "pp", "dp", "expert_parallel",
+            "max_num_batched_tokens", "block_size", "prefix_caching", "kv_cache_memory_bytes",
+            "gpu_memory_utilization", "attention_backend")
 
 
 def _split(value: str, what: str) -> list[str]:
@@ -54,6 +60,7 @@ def _split(value: str, what: str) -> list[str]:
               help="GPUs per box for the scale-out (one box of N GPUs unless --boxes is given too).")
 @click.option("--network", default=None,
               help="Link between boxes for --boxes (hardware.toml [link.*] of scope network; default per hardware).")
+@deployment_options(skip=PLAN_OWN)
 @click.option("--top", type=types.ROWS, default=12, show_default=True, help="Rows of the ranked table.")
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None,
               help="Validation record whose measurements break near-ties (default: `roofline validate`'s "
@@ -64,7 +71,7 @@ def _split(value: str, what: str) -> list[str]:
               help="Add the format comparison to this HTML report (written by `audit --html`), or write one.")
 def command(model, revision, config_only, no_cache, trust_remote_code, formats, recipes, hardware_name, bandwidth, concurrency,
             context, kv_cache_dtype, routing, memory_budget, tp, link, boxes, gpus, network, top, record_path, wide,
-            as_json, html_path):
+            as_json, html_path, **kwargs):
     """Simulate quantization formats on MODEL (a checkpoint folder, a hub id, or a folder with
     only config.json) and recommend format, recipe, vLLM backend and flags for a device and a
     workload."""
@@ -88,8 +95,23 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
     elif network:
         raise RooflineError("--network applies to --boxes")
     hardware = get_hardware(hardware_name, bandwidth)
+    deployment, per_token = deployment_from(kwargs, model)
     given = load_inventory(model, revision=revision, config_only=config_only,
                            trust_remote_code=trust_remote_code, use_cache=not no_cache)
+    from roofline.predict.deployment import checked
+
+    checked(deployment, given, hardware)
+    spec = deployment.speculative
+    if spec is not None and spec.reads_draft_checkpoint:
+        raise RooflineError("plan simulates the model's own formats: a draft checkpoint (eagle / draft_model) is "
+                            "priced by audit, capacity and preflight")
+    fixed = {"graphs": not deployment.enforce_eager,
+             "backend_names": tuple(n for n in (deployment.linear_backend, deployment.moe_backend) if n)}
+    if spec is not None:
+        import json
+
+        fixed |= {"speculative_config": json.dumps({"method": spec.method, "num_speculative_tokens": spec.tokens}),
+                  "speculative_tokens": spec.tokens, "acceptance_rate": per_token}
     if context is None:
         from roofline.model.limits import default_context
         context = default_context(given.config, DEFAULT_CONTEXT)
@@ -108,7 +130,8 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
                       concurrency=concurrency, context=context, kv_cache_dtype=kv_cache_dtype,
                       memory_budget_gb=memory_budget, tp=tp, link=link,
                       record_rows=_record_rows(record_path), base_of=base_of, served_as=model,
-                      published=cached_published(base_model_name(inventory.model_id)), routing=routing)
+                      published=cached_published(base_model_name(inventory.model_id)), routing=routing,
+                      deployment=fixed)
     payload = plan.to_json() if (as_json or html_path) else None
     if html_path:
         from roofline.audit import run_audit

@@ -41,9 +41,6 @@ class Scenario:
     # MoE experts a step of B sequences reads: "uniform" (each token picks its experts independently:
     # E(1-(1-k/E)^B) distinct) or "shared" (every stream decodes the same text: one sequence's experts)
     routing: str = "uniform"
-    # the drafter computes its logits with the target's lm_head (an MTP head); False: a draft checkpoint
-    # with its own (eagle / draft_model), or no draft model at all (n-gram)
-    draft_shares_lm_head: bool = True
 
     def validate(self) -> "Scenario":
         if not 1 <= self.batch <= BATCH_LIMIT:
@@ -140,18 +137,7 @@ def module_read_fraction(module: Module, inventory: Inventory, scenario: Scenari
     if read == "none":
         return 0.0
     if read == "per_draft":
-        # the draft head runs once per draft token, each run on one token of every sequence; its routed
-        # experts (an MTP layer of a MoE) are read as the experts that run's tokens pick, not whole
-        runs = float(scenario.speculative_tokens)
-        if module.experts and inventory.shape.experts_per_token:
-            draft_tokens = 1.0 if scenario.routing == "shared" else float(scenario.batch)
-            return runs * distinct_experts(module.experts, inventory.shape.experts_per_token,
-                                           draft_tokens) / module.experts
-        return runs
-    if read == "all" and module.role == "lm_head" and scenario.speculative_tokens and scenario.draft_shares_lm_head:
-        # an MTP head has no lm_head of its own: each of its runs computes its draft's logits with the
-        # target's (vLLM's MTP proposer, compute_logits per draft position)
-        return 1.0 + scenario.speculative_tokens
+        return float(scenario.speculative_tokens)  # the draft head runs once per draft token
     if read == "row":
         rows = _rows(module)
         return min(1.0, tokens_in_step / rows) if rows else 0.0

@@ -58,7 +58,7 @@ def render_plan(plan, top: int = 12, wide: bool = False) -> str:
                      "yes" if r.fits else "NO"])
     table, dropped = fitted_table(rows, {0, 4, 5, 7}, width, _drop_first(w.concurrency), indent=2)
     lines += ["  " + line for line in table]
-    lines += wrapped(f"tok/s validated {band_text(band_for(inv, hw, graphs=True, batch=w.concurrency))}", width, "  ")
+    lines += wrapped(f"tok/s validated {band_text(band_for(inv, hw, graphs=w.graphs, batch=w.concurrency))}", width, "  ")
     dropped = dropped_simulated + dropped
     if dropped:
         lines += wrapped(f"({', '.join(dropped)} left out to fit the terminal; --wide shows every column)", width,
