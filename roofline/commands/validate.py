@@ -46,7 +46,8 @@ IMPOSSIBLE_ABOVE = 1.5
 @click.option("--measured", "measured_tok_s", type=types.TOK_S, default=None,
               help="Measured single-stream decode tok/s (from any benchmark).")
 @click.option("--bench-json", type=click.Path(dir_okay=False), default=None,
-              help="A saved `roofline bench --json` result.")
+              help="A saved result: `roofline bench --json`, `vllm bench serve --save-result`, guidellm's report "
+                   "or llama-benchy's JSON (recognised by their keys).")
 @bench_options
 @click.option("--audit-json", type=click.Path(dir_okay=False), default=None,
               help="A saved `roofline audit --json` result instead of auditing MODEL.")
@@ -104,9 +105,15 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         measured_by = f"roofline bench {redact_url(url)}"
     elif bench_json:
         from roofline.live.bench import check_bench_file
+        from roofline.live.result_files import measurement_from
 
-        bench = check_bench_file(_load_json(bench_json, "--bench-json"), f"--bench-json {bench_json}")
-        measured_by = f"roofline bench (saved: {os.path.basename(bench_json)})"
+        where = f"--bench-json {bench_json}"
+        converted, tool = measurement_from(_load_json(bench_json, "--bench-json"), where)
+        bench = check_bench_file(converted, where)
+        measured_by = f"{tool or 'roofline bench'} (saved: {os.path.basename(bench_json)})"
+        streams = converted.get("concurrency")
+        if isinstance(streams, int) and streams > 1 and "batch" not in explicit:
+            kwargs["batch"] = streams  # the file's figure is of that many streams together
     else:
         for name in ("served_model", "api", "prompt", "max_tokens", "runs", "warmup", "timeout_s", "no_ignore_eos"):
             kwargs.pop(name, None)

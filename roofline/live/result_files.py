@@ -1,0 +1,184 @@
+"""Measurements in the ecosystem's own files, read as a `roofline bench` result: `vllm bench serve
+--save-result` JSON, guidellm's benchmarks report, llama-benchy's JSON output (the bench most published
+DGX Spark figures come from). Each is recognised by the keys its tool writes, checked against the schema
+of the fields read, and mapped onto the scenario: the decode rate of a stream (vLLM's TPOT, guidellm's
+inter-token latency, llama-benchy's per-request generation rate: none counts the prefill), the
+concurrency and the mean context a step decoded at (prompt + half the output).
+
+Sources of the formats: vllm/benchmarks/serve.py (vLLM 0.32: the result_json written by
+--save-result); guidellm src/guidellm/benchmark/schemas/generative/metrics.py (GenerativeMetrics:
+StatusDistributionSummary per metric, "successful" requests); llama-benchy
+schemas/benchmark_report_schema.json (BenchmarkReport, BenchmarkRun, BenchmarkMetric)."""
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+
+from roofline.errors import RooflineError
+from roofline.predict.traffic import BATCH_LIMIT, CONTEXT_LIMIT
+from roofline.schema import checked
+
+Positive = Annotated[float, Meta(gt=0, le=1e12)]
+Count = Annotated[float, Meta(ge=0, le=1e12)]
+
+
+# ----------------------------------------------------------------------------- vllm bench serve
+
+class VllmBenchServe(msgspec.Struct, forbid_unknown_fields=False):
+    completed: Annotated[int, Meta(ge=1, le=1 << 40)]
+    total_input_tokens: Annotated[int, Meta(ge=0, le=1 << 50)]
+    total_output_tokens: Annotated[int, Meta(ge=1, le=1 << 50)]
+    median_tpot_ms: Positive
+    num_prompts: Annotated[int, Meta(ge=1, le=1 << 40)] | None = None
+    max_concurrency: Annotated[int, Meta(ge=1, le=BATCH_LIMIT)] | None = None
+    request_rate: float | str | None = None
+    model_id: Annotated[str, Meta(max_length=512)] | None = None
+    output_throughput: Count | None = None
+    spec_decode_acceptance_rate: Annotated[float, Meta(ge=0, le=100)] | None = None
+
+
+def _from_vllm(data: dict, where: str) -> dict:
+    run = checked(data, VllmBenchServe, where)
+    closed_loop = run.request_rate in (None, "inf") or run.request_rate == float("inf")
+    concurrency = run.max_concurrency or (min(run.num_prompts or run.completed, BATCH_LIMIT) if closed_loop else None)
+    if concurrency is None:
+        raise RooflineError(f"{where}: an open-loop run (--request-rate {run.request_rate}) without "
+                            "--max-concurrency has no fixed number of streams to compare with")
+    prompt = run.total_input_tokens / run.completed
+    output = run.total_output_tokens / run.completed
+    per_stream = 1e3 / run.median_tpot_ms
+    notes = [f"vllm bench serve: {run.completed} requests at concurrency {concurrency}, median TPOT "
+             f"{run.median_tpot_ms:.2f} ms (the decode rate of a stream, first token excluded)"]
+    return _bench(per_stream, [(concurrency, per_stream)], prompt, output, run.model_id, notes)
+
+
+# ----------------------------------------------------------------------------- guidellm
+
+class Distribution(msgspec.Struct, forbid_unknown_fields=False):
+    mean: Count | None = None
+    median: Count | None = None
+
+
+class ByStatus(msgspec.Struct, forbid_unknown_fields=False):
+    successful: Distribution | None = None
+
+
+class GuidellmMetrics(msgspec.Struct, forbid_unknown_fields=False):
+    inter_token_latency_ms: ByStatus
+    request_concurrency: ByStatus
+    prompt_token_count: ByStatus
+    output_token_count: ByStatus
+
+
+class GuidellmBenchmark(msgspec.Struct, forbid_unknown_fields=False):
+    metrics: GuidellmMetrics
+
+
+class GuidellmReport(msgspec.Struct, forbid_unknown_fields=False):
+    benchmarks: Annotated[list[GuidellmBenchmark], Meta(min_length=1, max_length=4096)]
+
+
+def _successful(summary: ByStatus, what: str, where: str, key: str = "median") -> float:
+    value = getattr(summary.successful, key, None) if summary.successful else None
+    if not value:
+        raise RooflineError(f"{where}: no successful requests' {what} in the report")
+    return value
+
+
+def _from_guidellm(data: dict, where: str) -> dict:
+    report = checked(data, GuidellmReport, where)
+    levels, prompt, output = [], None, None
+    for bench in report.benchmarks:
+        m = bench.metrics
+        itl = _successful(m.inter_token_latency_ms, "inter-token latency", where)
+        concurrency = max(1, round(_successful(m.request_concurrency, "concurrency", where, "mean")))
+        levels.append((concurrency, 1e3 / itl))
+        if prompt is None:
+            prompt = _successful(m.prompt_token_count, "prompt tokens", where, "mean")
+            output = _successful(m.output_token_count, "output tokens", where, "mean")
+    notes = [f"guidellm: {len(levels)} benchmark(s); a stream's decode rate from the median inter-token latency, "
+             "the concurrency from the mean of requests in flight"]
+    return _bench(min(levels)[1], levels, prompt, output, None, notes)
+
+
+# ----------------------------------------------------------------------------- llama-benchy
+
+class BenchyMetric(msgspec.Struct, forbid_unknown_fields=False):
+    mean: Count
+
+
+class BenchyRun(msgspec.Struct, forbid_unknown_fields=False):
+    concurrency: Annotated[int, Meta(ge=1, le=BATCH_LIMIT)]
+    context_size: Annotated[int, Meta(ge=0, le=CONTEXT_LIMIT)]
+    prompt_size: Annotated[int, Meta(ge=0, le=CONTEXT_LIMIT)]
+    response_size: Annotated[int, Meta(ge=1, le=CONTEXT_LIMIT)]
+    is_context_prefill_phase: bool = False
+    tg_req_throughput: BenchyMetric | None = None
+
+
+class BenchyReport(msgspec.Struct, forbid_unknown_fields=False):
+    latency_mode: Annotated[str, Meta(max_length=64)]
+    benchmarks: Annotated[list[BenchyRun], Meta(max_length=4096)]
+    model: Annotated[str, Meta(max_length=512)] | None = None
+
+
+def _from_llama_benchy(data: dict, where: str) -> dict:
+    report = checked(data, BenchyReport, where)
+    runs = [r for r in report.benchmarks if not r.is_context_prefill_phase and r.tg_req_throughput
+            and r.tg_req_throughput.mean > 0]
+    if not runs:
+        raise RooflineError(f"{where}: no generation runs (tg_req_throughput) in the llama-benchy report")
+    # one scenario: the smallest context and prompt measured, at every concurrency it was measured at
+    first = min(runs, key=lambda r: (r.context_size, r.prompt_size, r.concurrency))
+    same = [r for r in runs if (r.context_size, r.prompt_size, r.response_size)
+            == (first.context_size, first.prompt_size, first.response_size)]
+    levels = sorted({r.concurrency: r.tg_req_throughput.mean for r in same}.items())
+    notes = [f"llama-benchy ({report.latency_mode} latency mode): context {first.context_size} + prompt "
+             f"{first.prompt_size}, {first.response_size} tokens generated; a stream's rate is tg_req_throughput"]
+    if len(runs) > len(same):
+        notes.append(f"{len(runs) - len(same)} runs at other context sizes left out (validate each with --context)")
+    return _bench(levels[0][1], levels, first.context_size + first.prompt_size, first.response_size, report.model,
+                  notes)
+
+
+# ----------------------------------------------------------------------------- one shape
+
+def _bench(per_stream: float, levels: list[tuple[int, float]], prompt: float, output: float, model, notes) -> dict:
+    """The roofline bench result these figures make: the lowest concurrency as the measurement (its
+    aggregate: streams x a stream's rate), every level as the sweep, the mean context a step decoded at."""
+    levels = sorted(dict(levels).items())
+    concurrency, rate = levels[0]
+    out: dict[str, Any] = {
+        "decode_tok_s": {"median": rate * concurrency},
+        "concurrency": concurrency,
+        "mean_context": int(round(prompt + output / 2)),
+        "prompt_tokens": int(round(prompt)), "completion_tokens": int(round(output)),
+        "sweep": [{"concurrency": c, "aggregate_tok_s": {"median": r * c}, "per_stream_decode_tok_s": {"median": r}}
+                  for c, r in levels] if len(levels) > 1 else [],
+        "notes": notes,
+    }
+    if model:
+        out["model"] = str(model)[:256]
+    return out
+
+
+READERS = (  # the keys each tool writes that no other does, and its reader
+    (("median_tpot_ms", "total_output_tokens"), "vllm bench serve", _from_vllm),
+    (("latency_mode", "benchmarks"), "llama-benchy", _from_llama_benchy),
+    (("benchmarks",), "guidellm", _from_guidellm),
+)
+
+
+def measurement_from(data, where: str) -> tuple[dict, str | None]:
+    """(a roofline bench result, the tool that wrote it: None for roofline's own) of a result file."""
+    if not isinstance(data, dict):
+        raise RooflineError(f"{where}: not a bench result (expected a JSON object)")
+    if "decode_tok_s" in data:
+        return data, None
+    for keys, tool, reader in READERS:
+        if all(k in data for k in keys):
+            return reader(data, where), tool
+    raise RooflineError(f"{where}: not a result file roofline reads (roofline bench --json, vllm bench serve "
+                        "--save-result, guidellm's report, llama-benchy's JSON)")

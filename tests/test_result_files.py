@@ -1,0 +1,82 @@
+"""validate reads the measurement files users already have. vLLM's own `vllm bench serve --save-result`
+file is made by vLLM against a real server in tests/test_server_e2e.py; the guidellm and llama-benchy
+files here (tests/fixtures/results/) carry the fields of those tools' published schemas
+(guidellm GenerativeMetrics, llama-benchy benchmark_report_schema.json) with illustrative figures: neither
+tool runs in the test environment."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from roofline.errors import RooflineError
+from roofline.live.result_files import measurement_from
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "tests" / "fixtures" / "results"
+MODEL = REPO / "examples" / "Qwen3-8B"
+
+
+def validate(path: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "roofline.cli", "validate", str(MODEL), "--bench-json", str(path),
+                           "--hardware", "gb10", "--no-record", "--json", *extra], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_llama_benchy_maps_its_generation_rate_and_lengths():
+    bench, tool = measurement_from(json.loads((RESULTS / "llama-benchy.json").read_text()), "benchy")
+    assert tool == "llama-benchy"
+    assert bench["decode_tok_s"]["median"] == pytest.approx(13.0)  # concurrency 1, context 0
+    assert bench["mean_context"] == 1024 + 512
+    assert [lvl["concurrency"] for lvl in bench["sweep"]] == [1, 4]
+    assert bench["sweep"][1]["aggregate_tok_s"]["median"] == pytest.approx(46.0)
+    assert any("other context sizes" in note for note in bench["notes"])
+    proc = validate(RESULTS / "llama-benchy.json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["measured_tok_s"] == pytest.approx(13.0) and out["scenario"]["context"] == 1536
+    assert out["record"]["measured_by"].startswith("llama-benchy")
+    assert [row["concurrency"] for row in out["curve"]] == [1, 4]
+
+
+def test_guidellm_maps_inter_token_latency_and_concurrency():
+    bench, tool = measurement_from(json.loads((RESULTS / "guidellm.json").read_text()), "guidellm")
+    assert tool == "guidellm"
+    assert bench["decode_tok_s"]["median"] == pytest.approx(1000 / 80.0)
+    assert bench["mean_context"] == 512 + 128
+    proc = validate(RESULTS / "guidellm.json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["measured_tok_s"] == pytest.approx(12.5)
+
+
+def test_a_vllm_bench_serve_file_at_several_streams_sets_the_batch(tmp_path):
+    saved = {"date": "20261101-100000", "backend": "vllm", "model_id": "Qwen/Qwen3-8B", "num_prompts": 64,
+             "request_rate": "inf", "max_concurrency": 8, "completed": 64, "total_input_tokens": 64 * 1000,
+             "total_output_tokens": 64 * 200, "median_tpot_ms": 100.0, "output_throughput": 70.0}
+    path = tmp_path / "vllm.json"
+    path.write_text(json.dumps(saved))
+    out = json.loads(validate(path).stdout)
+    assert out["scenario"]["batch"] == 8 and out["scenario"]["context"] == 1100
+    assert out["measured_tok_s"] == pytest.approx(8 * 10.0)
+
+
+@pytest.mark.parametrize("data, fragment", [
+    ({"benchmarks": [{"metrics": {}}]}, "inter_token_latency_ms"),
+    ({"latency_mode": "generation", "benchmarks": []}, "no generation runs"),
+    ({"median_tpot_ms": -3, "total_output_tokens": 10, "completed": 1, "total_input_tokens": 1}, "median_tpot_ms"),
+    ({"median_tpot_ms": 5.0, "total_output_tokens": 10, "completed": 1, "total_input_tokens": 1,
+      "request_rate": 4.0}, "open-loop"),
+    ({"something": 1}, "not a result file"),
+    ([1, 2], "expected a JSON object"),
+])
+def test_a_file_it_cannot_read_is_one_line(tmp_path, data, fragment):
+    with pytest.raises(RooflineError, match=fragment):
+        measurement_from(data, "file")
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    proc = validate(path)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
