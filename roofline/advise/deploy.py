@@ -92,3 +92,21 @@ def capacity_request(deployment: Deployment, inventory: Inventory, hardware: Har
                    expert_parallel=deployment.expert_parallel,
                    backend=backend(deployment, deployed, hardware),
                    speculative_tokens=deployment.speculative_tokens, acceptance_rate=acceptance_rate)
+
+
+def plan_workload(deployment: Deployment, acceptance_rate: float) -> dict:
+    """What a deployment fixes of every plan row (recommend.Workload fields): eager or CUDA graphs, the
+    backends asked for, speculation (its serve flag, tokens and per-token acceptance). plan simulates the
+    model's own formats: a draft checkpoint is priced by audit, capacity and preflight."""
+    import json
+
+    spec = deployment.speculative
+    if spec is not None and spec.reads_draft_checkpoint:
+        raise RooflineError("plan simulates the model's own formats: a draft checkpoint (eagle / draft_model) is "
+                            "priced by audit, capacity and preflight")
+    fixed = {"graphs": not deployment.enforce_eager,
+             "backend_names": tuple(n for n in (deployment.linear_backend, deployment.moe_backend) if n)}
+    if spec is not None:
+        fixed |= {"speculative_config": json.dumps({"method": spec.method, "num_speculative_tokens": spec.tokens}),
+                  "speculative_tokens": spec.tokens, "acceptance_rate": acceptance_rate}
+    return fixed

@@ -81,34 +81,17 @@ def deployment_options(func=None, *, skip: tuple[str, ...] = ()):
     return decorate(func) if func is not None else decorate
 
 
-DEFAULT_ACCEPTANCE_RATE = 0.5  # accepted / drafted, when speculation is on and no figure is given
-
-
 def deployment_from(kwargs: dict, model: str | None = None):
     """Pop the deployment options out of a command's kwargs: one Deployment (the environment of the
     command and each --env read as the server would read its own) and the per-token acceptance the
-    step model takes (converted from vLLM's figures by roofline.predict.speculation)."""
-    from roofline.predict.deployment import Speculation, flags, from_values, parse_env_assignments
-    from roofline.predict.speculation import per_token_acceptance
+    step model takes (predict/deployment.with_acceptance, the one conversion)."""
+    from roofline.predict.deployment import flags, parse_env_assignments, with_acceptance
 
     values = {f.field: kwargs.pop(f.field) for f in flags() if f.field in kwargs}
     env = {**os.environ, **parse_env_assignments(kwargs.pop("env_assignments", ()) or ())}
-    shorthand = kwargs.pop("speculative_tokens", 0)
-    if shorthand:
-        if values.get("speculative_config") is not None:
-            raise RooflineError("--speculative and --speculative-config do not go together: give one")
-        values["speculative_config"] = Speculation("mtp", shorthand)
-    deployment = from_values(values, env, model=model)
-    rate, length = kwargs.pop("acceptance_rate", None), kwargs.pop("mean_acceptance_length", None)
-    if not deployment.speculative:
-        if rate is not None or length is not None:
-            raise RooflineError("--acceptance-rate / --mean-acceptance-length need speculative decoding "
-                                "(--speculative-config or --speculative N)")
-        return deployment, 0.7
-    if rate is None and length is None:
-        rate = DEFAULT_ACCEPTANCE_RATE
-    return deployment, per_token_acceptance(draft_tokens=deployment.speculative_tokens, acceptance_rate=rate,
-                                            mean_acceptance_length=length)
+    return with_acceptance(values, env, model=model, speculative_tokens=kwargs.pop("speculative_tokens", 0),
+                           acceptance_rate=kwargs.pop("acceptance_rate", None),
+                           mean_acceptance_length=kwargs.pop("mean_acceptance_length", None))
 
 
 def scenario_options(func):

@@ -101,17 +101,9 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
     from roofline.predict.deployment import checked
 
     checked(deployment, given, hardware)
-    spec = deployment.speculative
-    if spec is not None and spec.reads_draft_checkpoint:
-        raise RooflineError("plan simulates the model's own formats: a draft checkpoint (eagle / draft_model) is "
-                            "priced by audit, capacity and preflight")
-    fixed = {"graphs": not deployment.enforce_eager,
-             "backend_names": tuple(n for n in (deployment.linear_backend, deployment.moe_backend) if n)}
-    if spec is not None:
-        import json
+    from roofline.advise.deploy import plan_workload
 
-        fixed |= {"speculative_config": json.dumps({"method": spec.method, "num_speculative_tokens": spec.tokens}),
-                  "speculative_tokens": spec.tokens, "acceptance_rate": per_token}
+    fixed = plan_workload(deployment, per_token)
     if context is None:
         from roofline.model.limits import default_context
         context = default_context(given.config, DEFAULT_CONTEXT)

@@ -48,9 +48,8 @@ def command(serve_line, recipe_path, overrides, hardware_name, bandwidth, prompt
     buys against vLLM's default."""
     from roofline.advise.preflight import Workload, preflight
     from roofline.audit import load_inventory
-    from roofline.predict.deployment import parse_env_assignments, parse_serve_line
+    from roofline.predict.deployment import acceptance_for, parse_env_assignments, parse_serve_line
     from roofline.predict.hardware import get_hardware
-    from roofline.predict.speculation import per_token_acceptance
 
     from .options import draft_inventory
 
@@ -72,14 +71,7 @@ def command(serve_line, recipe_path, overrides, hardware_name, bandwidth, prompt
     env.update(parse_env_assignments(env_assignments))
     deployment = parse_serve_line(line, env)
     hardware = get_hardware(hardware_name, bandwidth)
-    per_token = 0.7
-    if deployment.speculative:
-        if acceptance_rate is None and mean_acceptance_length is None:
-            acceptance_rate = 0.5
-        per_token = per_token_acceptance(draft_tokens=deployment.speculative_tokens, acceptance_rate=acceptance_rate,
-                                         mean_acceptance_length=mean_acceptance_length)
-    elif acceptance_rate is not None or mean_acceptance_length is not None:
-        raise RooflineError("--acceptance-rate / --mean-acceptance-length: the deployment does not speculate")
+    per_token = acceptance_for(deployment, acceptance_rate, mean_acceptance_length)
     inventory = load_inventory(deployment.model, config_only=config_only, use_cache=not no_cache)
     answer = preflight(inventory, deployment, hardware,
                        Workload(prompt_len=prompt_len, output_len=output_len, routing=routing,

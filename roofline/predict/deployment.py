@@ -330,6 +330,70 @@ def from_values(values: Mapping[str, object], env: Mapping[str, str] | None = No
     return Deployment(model=model, **settings, spelled=tuple(said), env=tuple(env_read))
 
 
+DEFAULT_ACCEPTANCE_RATE = 0.5  # vLLM's accepted / drafted, when speculation is on and no figure is given
+
+
+def with_acceptance(values: Mapping[str, object], env: Mapping[str, str] | None = None, *, model: str | None = None,
+                    speculative_tokens: int = 0, acceptance_rate: float | None = None,
+                    mean_acceptance_length: float | None = None) -> tuple[Deployment, float]:
+    """(the Deployment, the per-token acceptance the step model takes) from option values, the
+    environment, the short form of an MTP draft (`speculative_tokens`) and speculation's acceptance in
+    vLLM's terms, converted once (roofline.predict.speculation). Every command and the Python API."""
+    values = dict(values)
+    if speculative_tokens:
+        if values.get("speculative_config") is not None:
+            raise RooflineError("--speculative and --speculative-config do not go together: give one")
+        values["speculative_config"] = Speculation("mtp", speculative_tokens)
+    deployment = from_values(values, env, model=model)
+    return deployment, acceptance_for(deployment, acceptance_rate, mean_acceptance_length)
+
+
+def acceptance_for(deployment: Deployment, acceptance_rate: float | None = None,
+                   mean_acceptance_length: float | None = None) -> float:
+    """The per-token acceptance of this deployment's speculation, from vLLM's accepted / drafted or its
+    mean acceptance length (one of them; DEFAULT_ACCEPTANCE_RATE when neither is given)."""
+    from .speculation import per_token_acceptance
+
+    if not deployment.speculative:
+        if acceptance_rate is not None or mean_acceptance_length is not None:
+            raise RooflineError("--acceptance-rate / --mean-acceptance-length need speculative decoding "
+                                "(--speculative-config or --speculative N)")
+        return 0.7
+    if acceptance_rate is None and mean_acceptance_length is None:
+        acceptance_rate = DEFAULT_ACCEPTANCE_RATE
+    return per_token_acceptance(draft_tokens=deployment.speculative_tokens, acceptance_rate=acceptance_rate,
+                                mean_acceptance_length=mean_acceptance_length)
+
+
+def python_values(args: Mapping[str, object]) -> dict[str, object]:
+    """vLLM's Python argument names (EngineArgs / LLM(...): tensor_parallel_size, enforce_eager,
+    speculative_config as a dict, ...) or the table's field names -> checked values by field."""
+    by_name = {}
+    for flag in flags():
+        by_name[flag.field] = flag
+        for name in flag.names:
+            if name.startswith("--"):
+                by_name[name[2:].replace("-", "_")] = flag
+    out: dict[str, object] = {}
+    for name, value in args.items():
+        flag = by_name.get(name)
+        if flag is None:
+            raise RooflineError(f"{name}: not a vLLM argument roofline prices (roofline/data/vllm_args.toml)")
+        if value is None:
+            continue
+        if flag.value in ("bool", "negatable"):
+            if not isinstance(value, bool):
+                raise RooflineError(f"{name}: give True or False")
+            out[flag.field] = value
+            continue
+        if isinstance(value, dict):
+            value = json.dumps(value)
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise RooflineError(f"{name}: {value!r} is not a value vLLM takes")
+        out[flag.field] = convert(flag, str(value), name)
+    return out
+
+
 def _describe(flag: Flag, value) -> str:
     if flag.value == "bool":
         return flag.name

@@ -63,10 +63,12 @@ def render_preflight(payload: dict) -> str:
         total = sum(r["bytes_per_token"] for r in residuals)
         lines += wrapped(f"stayed BF16: {human_bytes(total)} per token in " + ", ".join(
             f"{r['label']} x{r['count']}" for r in residuals[:6]), width, "  ", "    ")
-    if payload["break_even_acceptance"] is not None and work.get("vllm_acceptance_rate") is not None:
-        lines += wrapped(f"speculation: at {work['vllm_acceptance_rate']:.0%} acceptance (accepted / drafted); it stops "
-                         f"paying below {payload['break_even_acceptance']:.0%}. Not validated: the band above is of "
-                         "decoding without speculation", width, "  ", "    ")
+    if work.get("vllm_acceptance_rate") is not None:
+        even, rate = payload["break_even_acceptance"], work["vllm_acceptance_rate"]
+        verdict = ("it never pays here, at any acceptance" if even is None else
+                   f"it pays above {even:.0%}, so it {'gains' if rate >= even else 'loses'} here")
+        lines += wrapped(f"speculation: {rate:.0%} of drafted tokens accepted (as vLLM reports it); {verdict}. Not "
+                         "validated: the band above is of decoding without speculation", width, "  ", "    ")
     if payload["effects"]:
         lines += ["", "what each flag costs or buys against vLLM's default (the same pricing without it):"]
         rows = []

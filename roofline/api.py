@@ -1,0 +1,151 @@
+"""roofline from Python (notebooks, other tools): the commands' answers as the typed results their JSON
+is made from, a deployment given as vLLM's own Python arguments (`LLM(...)` / EngineArgs names:
+tensor_parallel_size, enforce_eager, speculative_config as a dict, ...).
+
+    import roofline
+    result = roofline.audit("examples/Qwen3-8B", hardware="gb10", kv_cache_dtype="fp8", enforce_eager=True)
+    result.expected_tok_s, result.to_json()["deployment"]
+
+Every answer is priced by the same code the CLI runs (predict/deployment.py for the arguments, the step
+model for every tok/s); a bad argument raises roofline.errors.RooflineError with the CLI's one line."""
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from roofline.errors import RooflineError
+
+__all__ = ["audit", "capacity", "plan", "preflight"]
+
+
+def _deployment(model: str | None, vllm_args: dict, env: Mapping[str, str] | None, speculative_tokens: int,
+                acceptance_rate: float | None, mean_acceptance_length: float | None):
+    from roofline.predict.deployment import python_values, with_acceptance
+
+    return with_acceptance(python_values(vllm_args), {**os.environ, **(env or {})}, model=model,
+                           speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
+                           mean_acceptance_length=mean_acceptance_length)
+
+
+def _inventory(model: str, revision: str | None, config_only: bool, use_cache: bool):
+    from roofline.audit import load_inventory
+
+    return load_inventory(model, revision=revision, config_only=config_only, use_cache=use_cache)
+
+
+def _draft(deployment, use_cache: bool):
+    spec = deployment.speculative
+    if not spec or not spec.reads_draft_checkpoint:
+        return None
+    from roofline.audit import load_inventory
+
+    return load_inventory(spec.model, use_cache=use_cache)
+
+
+def audit(model: str, *, hardware: str = "gb10", bandwidth: float | None = None, batch: int = 1,
+          context: int | None = None, routing: str = "uniform", speculative_tokens: int = 0,
+          acceptance_rate: float | None = None, mean_acceptance_length: float | None = None,
+          env: Mapping[str, str] | None = None, revision: str | None = None, config_only: bool = False,
+          use_cache: bool = True, **vllm_args):
+    """`roofline audit MODEL`: an AuditResult (.expected_tok_s, .ceiling_tok_s, .residuals, .step,
+    .to_json()) of the model as the vLLM arguments deploy it."""
+    from roofline.advise.deploy import priced
+    from roofline.audit import run_audit
+    from roofline.predict.hardware import get_hardware
+    from roofline.predict.traffic import Scenario
+
+    deployment, per_token = _deployment(model, vllm_args, env, speculative_tokens, acceptance_rate,
+                                        mean_acceptance_length)
+    if context is None:
+        context = min(1024, deployment.max_model_len or 1024)
+    if deployment.max_model_len is not None and context > deployment.max_model_len:
+        raise RooflineError(f"context {context} is more than max_model_len {deployment.max_model_len}")
+    scenario = Scenario(batch=batch, context=context, kv_cache_dtype=deployment.kv_cache_dtype,
+                        speculative_tokens=deployment.speculative_tokens, acceptance_rate=per_token,
+                        routing=routing).validate()
+    target = get_hardware(hardware, bandwidth)
+    inventory = _inventory(model, revision, config_only, use_cache)
+    deployed, config = priced(inventory, deployment, target, batch=batch, context=context, acceptance_rate=per_token,
+                              routing=routing, draft=_draft(deployment, use_cache))
+    return run_audit(deployed, scenario, target, step_config=config, deployment=deployment)
+
+
+def capacity(model: str, *, hardware: str = "gb10", bandwidth: float | None = None,
+             concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256), prompt_len: int | None = None,
+             output_len: int = 256, routing: str = "uniform", speculative_tokens: int = 0,
+             acceptance_rate: float | None = None, mean_acceptance_length: float | None = None,
+             env: Mapping[str, str] | None = None, revision: str | None = None, config_only: bool = False,
+             use_cache: bool = True, **vllm_args):
+    """`roofline capacity MODEL`: a Capacity (.kv.tokens, .kv.max_concurrency, .curve, .to_json())."""
+    from roofline.advise.capacity import capacity as size
+    from roofline.advise.deploy import capacity_request, deployed_inventory
+    from roofline.predict.deployment import checked
+    from roofline.predict.hardware import get_hardware
+
+    deployment, per_token = _deployment(model, vllm_args, env, speculative_tokens, acceptance_rate,
+                                        mean_acceptance_length)
+    target = get_hardware(hardware, bandwidth)
+    inventory = _inventory(model, revision, config_only, use_cache)
+    checked(deployment, inventory, target)
+    request = capacity_request(deployment, inventory, target, per_token, levels=tuple(concurrency),
+                               prompt_len=prompt_len, output_len=output_len, routing=routing)
+    return size(deployed_inventory(inventory, deployment, _draft(deployment, use_cache)), target, request)
+
+
+def plan(model: str, *, hardware: str = "gb10", bandwidth: float | None = None,
+         formats: tuple[str, ...] = ("bf16", "fp8", "nvfp4-w4a16", "nvfp4-w4a4", "mxfp4", "int4-awq"),
+         recipes: tuple[str, ...] = ("default", "modelopt", "hybrid-safe"), concurrency: int = 1,
+         context: int | None = None, kv_cache_dtype: str = "auto", routing: str = "uniform",
+         speculative_tokens: int = 0, acceptance_rate: float | None = None,
+         mean_acceptance_length: float | None = None, env: Mapping[str, str] | None = None,
+         use_cache: bool = True, **vllm_args):
+    """`roofline plan MODEL`: a Plan (.recommendations ranked, .to_json()) for one device and workload."""
+    from roofline.advise.deploy import plan_workload
+    from roofline.advise.recommend import build_plan
+    from roofline.audit import is_quantized
+    from roofline.model.limits import default_context
+    from roofline.predict.deployment import checked
+    from roofline.predict.hardware import get_hardware
+    from roofline.sources.config import base_inventory
+
+    target = get_hardware(hardware, bandwidth)
+    given = _inventory(model, None, False, use_cache)
+    if context is None:
+        context = default_context(given.config, 4096)
+    inventory, base_of = given, None
+    if is_quantized(given) and given.config:
+        inventory, base_of = base_inventory(given, use_cache=use_cache), given
+    deployment, per_token = _deployment(model, {**vllm_args, "kv_cache_dtype": kv_cache_dtype}, env,
+                                        speculative_tokens, acceptance_rate, mean_acceptance_length)
+    checked(deployment, given, target)
+    return build_plan(inventory, target, formats=list(formats), recipes=list(recipes), concurrency=concurrency,
+                      context=context, kv_cache_dtype=deployment.kv_cache_dtype, routing=routing, base_of=base_of,
+                      served_as=model, deployment=plan_workload(deployment, per_token))
+
+
+def preflight(serve_line: str | list[str] | None = None, *, recipe: str | None = None,
+              overrides: Mapping[str, str] | None = None, hardware: str = "gb10", bandwidth: float | None = None,
+              prompt_len: int = 1024, output_len: int = 256, routing: str = "uniform",
+              acceptance_rate: float | None = None, mean_acceptance_length: float | None = None,
+              env: Mapping[str, str] | None = None, use_cache: bool = True):
+    """`roofline preflight`: a Preflight (.priced, .refusals, .effects, .to_json()) of a serve line
+    (a string as a shell would split it, or its words) or a recipe file."""
+    from roofline.advise.preflight import Workload
+    from roofline.advise.preflight import preflight as answer
+    from roofline.predict.deployment import acceptance_for, parse_serve_line
+    from roofline.predict.hardware import get_hardware
+
+    if (serve_line is None) == (recipe is None):
+        raise RooflineError("give a serve line or a recipe, not both")
+    recipe_json, line_env = None, {}
+    if recipe is not None:
+        from roofline.sources.recipe import read_recipe
+
+        read = read_recipe(recipe, dict(overrides or {}))
+        serve_line, line_env, recipe_json = read.serve_line, dict(read.env), read.to_json()
+    deployment = parse_serve_line(serve_line, {**line_env, **(env or {})})
+    per_token = acceptance_for(deployment, acceptance_rate, mean_acceptance_length)
+    target = get_hardware(hardware, bandwidth)
+    inventory = _inventory(deployment.model, None, False, use_cache)
+    return answer(inventory, deployment, target, Workload(prompt_len, output_len, routing, per_token),
+                  draft=_draft(deployment, use_cache), recipe=recipe_json)
