@@ -208,6 +208,24 @@ def test_a_hub_file_that_drips(tmp_path):
     assert elapsed < 30, elapsed
 
 
+@pytest.mark.parametrize("route", ["HEAD /org/model/resolve/main/config.json", "/api/models"],
+                         ids=["config-head", "variant-listing"])
+def test_a_hub_whose_headers_drip_is_cut_off_at_the_deadline(tmp_path, route):
+    """The hub client's deadline runs from connect to the last byte: a HEAD of config.json (or a listing)
+    whose status line comes at once and whose headers then drip a byte a second is cut off (#36)."""
+    args = ["compare", "--variants", "org/base"] if route == "/api/models" else ["audit", "org/model"]
+    with HostileServer({route: _head_that_drips}) as server:
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-c", "import roofline.sources.hub_http as h; h.DEADLINE_S = 3; "
+                                   "from roofline.cli import main; raise SystemExit(main())", *args],
+            capture_output=True, timeout=90, cwd=ROOT,
+            env={**os.environ, "HF_HUB_OFFLINE": "0", **_hub_env(server, tmp_path)})
+        elapsed = time.monotonic() - started
+    one_line_error(proc, "still arriving after 3 s")
+    assert elapsed < 30, elapsed
+
+
 # ------------------------------------------------------------------ 2. values used without bounds
 
 def _capture(tmp_path: Path, **facts) -> Path:
@@ -279,7 +297,8 @@ def test_capture_claiming_a_split_vllm_refuses(tmp_path):
 def test_one_bad_capture_is_a_skipped_row_of_compare(tmp_path):
     bad = _capture(tmp_path, tp_size="two")
     proc = roofline("compare", QWEN, bad, "--hardware", "gb10", "--json")
-    assert proc.returncode == 0, proc.stderr
+    # the table of what could be read, then a failure for the checkpoint named that could not (#35)
+    assert proc.returncode == 1 and b"1 of 2 checkpoints named could not be read" in proc.stderr, proc.stderr
     result = json.loads(proc.stdout)
     assert len(result["rows"]) == 1
     assert any("tp_size" in row["reason"] for row in result["skipped"]), result["skipped"]

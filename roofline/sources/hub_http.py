@@ -1,9 +1,12 @@
 """Every read from the hub (or a mirror behind HF_ENDPOINT) bounded in time and size.
 
 huggingface_hub 2.x speaks HTTP through one shared httpx2 client, which has no total deadline
-(a body that drips a byte every half second never times out a read) and no size cap. `bound_hub()`
-gives huggingface_hub a client whose transport wraps every response body: past its deadline or its
-byte cap the read stops with a HubOverrun (one line, a HubError: worth asking again later). A request
+(headers or a body that drip a byte every half second never time out a read) and no size cap.
+`bound_hub()` gives huggingface_hub a client with one deadline per request from connect to the last
+byte (its connection pool's network backend caps every socket connect, read and write at what is
+left of it: the status line and headers too) and a transport that wraps every response body: past the
+deadline or the byte cap the read stops with a HubOverrun (one line, a HubError: worth asking again
+later). A request
 may ask for tighter bounds than the defaults through its `extensions` (`request_bounds`), as the
 safetensors header fetches and the variant listing do.
 
@@ -70,6 +73,9 @@ def _transport_classes():
 
         def handle_request(self, request):
             deadline_s, limit = request.extensions.get(_EXTENSION, (DEADLINE_S, BODY_LIMIT))
+            # one deadline from connect to the last byte: the socket reads of the status line and
+            # headers (DeadlineBackend) and the body's chunks (BoundedStream) count against it
+            _DEADLINE.end, _DEADLINE.url, _DEADLINE.seconds = time.monotonic() + deadline_s, request.url, deadline_s
             response = self.inner.handle_request(request)
             response.stream = BoundedStream(response.stream, request.url, deadline_s, limit)
             return response
@@ -78,6 +84,70 @@ def _transport_classes():
             self.inner.close()
 
     return BoundedTransport
+
+
+_DEADLINE = threading.local()  # the request this thread is reading: its end (monotonic), URL, seconds
+
+
+def _remaining(timeout: float | None) -> float | None:
+    """A socket operation's timeout, capped at what is left of its request's deadline; past it, the
+    request is over (a HubOverrun, never retried as a timeout would be)."""
+    end = getattr(_DEADLINE, "end", None)
+    if end is None:
+        return timeout
+    left = end - time.monotonic()
+    if left <= 0:
+        raise HubOverrun(f"{_where(_DEADLINE.url)}: the hub's answer was still arriving after "
+                         f"{_DEADLINE.seconds:g} s; giving up", too_large=False)
+    return left if timeout is None else min(timeout, left)
+
+
+def _deadline_backend(inner):
+    """httpcore2's network backend with every connect, read and write bounded by the request's deadline:
+    the client's own timeout is per read (a header that drips a byte a second never trips it)."""
+    import httpcore2
+
+    def bounded(operation, timeout, *args):
+        try:
+            return operation(*args, _remaining(timeout))
+        except (httpcore2.ReadTimeout, httpcore2.WriteTimeout, httpcore2.ConnectTimeout):
+            end = getattr(_DEADLINE, "end", None)
+            if end is not None and end - time.monotonic() < 0.1:  # the deadline cut it short
+                _DEADLINE.end = time.monotonic() - 1.0
+                _remaining(None)  # raises the HubOverrun
+            raise  # the client's own timeout (silence between two reads)
+
+    class DeadlineStream(httpcore2.NetworkStream):
+        def __init__(self, stream):
+            self.stream = stream
+
+        def read(self, max_bytes, timeout=None):
+            return bounded(self.stream.read, timeout, max_bytes)
+
+        def write(self, buffer, timeout=None):
+            return bounded(self.stream.write, timeout, buffer)
+
+        def close(self):
+            return self.stream.close()
+
+        def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+            return DeadlineStream(bounded(self.stream.start_tls, timeout, ssl_context, server_hostname))
+
+        def get_extra_info(self, info):
+            return self.stream.get_extra_info(info)
+
+    class DeadlineBackend(httpcore2.NetworkBackend):
+        def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+            return DeadlineStream(bounded(lambda t: inner.connect_tcp(host, port, t, local_address, socket_options),
+                                          timeout))
+
+        def connect_unix_socket(self, path, timeout=None, socket_options=None):
+            return DeadlineStream(bounded(lambda t: inner.connect_unix_socket(path, t, socket_options), timeout))
+
+        def sleep(self, seconds):
+            return inner.sleep(seconds)
+
+    return DeadlineBackend()
 
 
 def _where(url) -> str:
@@ -143,9 +213,13 @@ def bound_hub() -> None:
         bounded = _transport_classes()
 
         def factory():
+            transport = httpx2.HTTPTransport()
+            pool = getattr(transport, "_pool", None)
+            if pool is None or not hasattr(pool, "_network_backend"):  # httpx2 changed: fail loudly, not unbounded
+                raise RooflineError("this httpx2 has no connection pool roofline can bound; pin httpx2 2.16")
+            pool._network_backend = _deadline_backend(pool._network_backend)
             return httpx2.Client(event_hooks={"request": [hub_http.hf_request_event_hook]}, follow_redirects=True,
-                                 timeout=httpx2.Timeout(CONNECT_READ_TIMEOUT_S),
-                                 transport=bounded(httpx2.HTTPTransport()))
+                                 timeout=httpx2.Timeout(CONNECT_READ_TIMEOUT_S), transport=bounded(transport))
 
         set_client_factory(factory)
         _installed = True
