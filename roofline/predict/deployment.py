@@ -87,6 +87,7 @@ class Deployment:
     env: tuple[tuple[str, str], ...] = ()  # the switches read (name, value), ours only
     not_modelled: tuple[str, ...] = ()  # flags read that the tool does not price (with their values)
     ignored: tuple[str, ...] = ()  # flags that move nothing priced (--port, --host, ...)
+    notes: tuple[str, ...] = ()  # what the reading assumed (a switch vLLM 0.32 no longer reads)
 
     @property
     def topology(self) -> Topology:
@@ -110,12 +111,13 @@ class Deployment:
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name not in ("spelled", "env", "not_modelled", "ignored", "speculative")}
+               if f.name not in ("spelled", "env", "not_modelled", "ignored", "speculative", "notes")}
         out["speculative_config"] = self.speculative.to_json() if self.speculative else None
         out["flags"] = [{"field": k, "given": v} for k, v in self.spelled]
         out["env"] = dict(self.env)
         out["not_modelled"] = list(self.not_modelled)
         out["ignored"] = list(self.ignored)
+        out["notes"] = list(self.notes)
         return out
 
 
@@ -148,6 +150,7 @@ class EnvSwitch:
     source: str
     values: Mapping[str, str] = field(default_factory=dict)
     applies_to: tuple[str, ...] = ()
+    removed: str = ""  # gone from vLLM 0.32: what to use there instead (read as the pinned images read it)
 
 
 @functools.lru_cache(maxsize=1)
@@ -327,7 +330,9 @@ def from_values(values: Mapping[str, object], env: Mapping[str, str] | None = No
             continue  # the flag wins over the deprecated switch
         settings[name] = value
         said.append((name, next(f"{k}={v}" for k, v in env_read if _switch(k).sets == name)))
-    return Deployment(model=model, **settings, spelled=tuple(said), env=tuple(env_read))
+    notes = tuple(f"{name}={value}: read as the vLLM 0.22-0.26 images the GB10 recipes pin read it; vLLM 0.32 "
+                  f"no longer reads it ({_switch(name).removed})" for name, value in env_read if _switch(name).removed)
+    return Deployment(model=model, **settings, spelled=tuple(said), env=tuple(env_read), notes=notes)
 
 
 DEFAULT_ACCEPTANCE_RATE = 0.5  # vLLM's accepted / drafted, when speculation is on and no figure is given

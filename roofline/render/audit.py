@@ -37,7 +37,8 @@ def deployment_lines(deployment) -> list[str]:
     """The vLLM flags and switches the figures are priced with, as the user spelled them."""
     if deployment is None or not deployment.spelled:
         return []
-    return ["vllm: " + "  ".join(spelled for _, spelled in deployment.spelled)]
+    return (["vllm: " + "  ".join(spelled for _, spelled in deployment.spelled)]
+            + [f"note: {note}" for note in deployment.notes])
 
 
 def render_audit(result: AuditResult, max_rows: int = 25) -> str:

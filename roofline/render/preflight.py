@@ -24,6 +24,8 @@ def render_preflight(payload: dict) -> str:
         lines += wrapped("priced with: " + "  ".join(flags), width, "", "  ")
     if deployment["not_modelled"]:
         lines += wrapped("not modelled (read, not priced): " + ", ".join(deployment["not_modelled"]), width, "", "  ")
+    for note in deployment.get("notes") or []:
+        lines += wrapped(f"note: {note}", width, "", "  ")
     for reason in payload["refusals"]:
         lines += wrapped(f"vLLM refuses: {reason}", width, "", "  ")
     if payload["error"]:
