@@ -106,7 +106,7 @@ def test_a_missing_model_is_a_usage_error(command):
 
 
 @pytest.mark.parametrize("spelling, tokens", [("8192", 8192), ("8k", 8000), ("8K", 8192), ("1.5k", 1500),
-                                              ("1M", 1 << 20)])
+                                              ("32K", 32768)])
 def test_token_counts_take_vllms_spellings(spelling, tokens):
     proc = roofline("audit", "examples/Qwen3-8B", "--context", spelling, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -140,7 +140,7 @@ def test_the_validation_record_lives_in_the_user_data_folder(tmp_path):
     work = tmp_path / "project"
     work.mkdir()
     proc = subprocess.run([sys.executable, "-m", "roofline.cli", "validate", str(ROOT / "examples" / "Qwen3-8B"),
-                           "--measured", "30", "--json"], capture_output=True, text=True, timeout=120, cwd=work, env=env)
+                           "--measured", "15", "--json"], capture_output=True, text=True, timeout=120, cwd=work, env=env)
     assert proc.returncode == 0, proc.stderr
     record = tmp_path / "data" / "roofline" / "validation.jsonl"
     assert json.loads(proc.stdout)["recorded_in"] == str(record) and record.is_file()
