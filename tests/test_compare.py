@@ -190,3 +190,20 @@ def test_variants_filter_limit_and_token(hub, tmp_path):
     assert proc.returncode == 1 and "gated repository" in proc.stderr
     proc = run("compare", "--variants", "acme/nothing-here", env=env)
     assert proc.returncode == 1 and "lists no quantized variants" in proc.stderr
+
+
+def test_three_hundred_inputs_are_three_hundred_rows_a_reader_tells_apart(tmp_path):
+    """300 checkpoints that all end in a folder called `model` (#36): 300 rows, each named by as much of
+    its path as tells it apart, in the JSON and in the terminal."""
+    config = (Path(__file__).parents[1] / "examples" / "Qwen3-8B" / "config.json").read_text()
+    folders = []
+    for i in range(300):
+        folder = tmp_path / f"run{i:03d}" / "model"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(config)
+        folders.append(str(folder))
+    out = json.loads(run("compare", *folders, "--hardware", "gb10", "--json").stdout)
+    names = [row["name"] for row in out["rows"]]
+    assert len(names) == 300 and len(set(names)) == 300 and "run000/model" in names
+    text = run("compare", *folders, "--hardware", "gb10").stdout
+    assert sum(f"run{i:03d}/model" in text for i in range(300)) == 300

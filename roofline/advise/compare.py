@@ -102,14 +102,26 @@ class Comparison:
         }
 
 
-def display_name(label: str) -> str:
-    """A local path by its last part (a capture file without .json); a hub id as it is."""
+def display_name(label: str, parts: int = 1) -> str:
+    """A local path by its last `parts` parts (a capture file without .json); a hub id as it is."""
     import os
 
     if os.path.exists(label):
-        name = os.path.basename(os.path.normpath(label))
+        name = "/".join(os.path.normpath(label).split(os.sep)[-parts:]).lstrip("/")
         return name[:-5] if name.endswith(".json") else name
     return label
+
+
+def display_names(labels: list[str]) -> list[str]:
+    """Each input's name in the table: its last path part, or as many more as tell it apart from the
+    others (checkpoints called `model` in 300 folders are 300 rows a reader can tell apart)."""
+    names = [display_name(label) for label in labels]
+    for parts in range(2, 64):
+        clashing = {n for n in names if names.count(n) > 1}
+        if not clashing:
+            break
+        names = [display_name(label, parts) if name in clashing else name for label, name in zip(labels, names)]
+    return names
 
 
 def main_format(result: AuditResult) -> str:
@@ -183,9 +195,10 @@ def compare(inputs: list[tuple[str, AuditResult, int | None]], hardware: Hardwar
             skipped: list[tuple[str, str]] | None = None, sort: str = "expected") -> Comparison:
     """inputs: (label, audit result, downloads or None). Ranked by expected tok/s (fitting
     checkpoints first), or by downloads."""
-    rows = [CompareRow(display_name(label), result, main_format(result),
-                       backend_name(main_format(result), hardware), downloads, label=label)
-            for label, result, downloads in inputs]
+    names = display_names([label for label, _, _ in inputs])
+    rows = [CompareRow(name, result, main_format(result), backend_name(main_format(result), hardware), downloads,
+                       label=label)
+            for name, (label, result, downloads) in zip(names, inputs)]
     if sort == "downloads":
         rows.sort(key=lambda r: -(r.downloads or 0))
     else:
