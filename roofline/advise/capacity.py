@@ -187,6 +187,23 @@ def _platform(hardware: Hardware) -> dict:
     return _table()["platform"]["cpu" if hardware.host == "cpu" else "cuda"]
 
 
+def state_dtype(hardware: Hardware, model_state_dtype: str) -> str:
+    """The recurrent state's dtype as vLLM keeps it on this platform: vLLM-CPU resets it to float32 where
+    its accelerated GDN kernels run (a host with AVX-512 BF16: the CPU entry stands for this host), the
+    dtype the model's shape derived everywhere else (serving.toml [platform.*] state_dtype)."""
+    platform = _platform(hardware)
+    wanted = platform.get("state_dtype")
+    needs = platform.get("state_dtype_needs")
+    if wanted is None:
+        return model_state_dtype
+    if needs:
+        from roofline.sources.host import cpu_flags
+
+        if not set(needs) & cpu_flags():
+            return model_state_dtype
+    return wanted
+
+
 def platform_layout(hardware: Hardware, mla: bool = False) -> KVLayout:
     """The platform's block sizes; an MLA model on a GPU takes its MLA backend's block (serving.toml)."""
     entry = _platform(hardware)
@@ -362,7 +379,7 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     traffic_kv = compute_traffic(inventory, Scenario(kv_cache_dtype=kv_name))
     kv = kv_capacity(shape, kv_dtype_bytes=KV_DTYPE_BYTES[traffic_kv.kv_dtype],
                      model_dtype_bytes=int(dtype_bytes(shape.dtype)),
-                     state_dtype_bytes=int(dtype_bytes(_platform(hardware).get("state_dtype", shape.state_dtype))),
+                     state_dtype_bytes=int(dtype_bytes(state_dtype(hardware, shape.state_dtype))),
                      memory_bytes=int(budget),
                      max_model_len=request.max_model_len,
                      layout=platform_layout(hardware, mla=bool(config_int(text_config(inventory.config), "kv_lora_rank"))),

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
-from roofline.predict.deployment import Deployment, backend, checked, online_format, step_config
+from roofline.predict.deployment import Deployment, backend, checked, online_format, refusals, step_config
 from roofline.predict.hardware import Hardware
 from roofline.predict.step import StepConfig
 
@@ -15,6 +15,25 @@ from .simulate import get_recipe, simulate
 
 # the roles of a draft checkpoint that its drafting step does not read whole (roles.toml `read`)
 DRAFT_KEEPS_ROLE = {"embedding"}
+
+
+def host_flags(hardware: Hardware) -> frozenset[str] | None:
+    """The CPU flags of this host where a CPU entry stands for it (a `calibrate --save` here)."""
+    if hardware.host != "cpu":
+        return None
+    from roofline.sources.host import cpu_flags
+
+    return cpu_flags()
+
+
+def vllm_refusals(deployment: Deployment, inventory: Inventory, hardware: Hardware) -> list[str]:
+    """What vLLM would refuse of the deployment here, this host's CPU included (predict/deployment.py)."""
+    return refusals(deployment, inventory, hardware, host_flags(hardware))
+
+
+def check(deployment: Deployment, inventory: Inventory, hardware: Hardware) -> Deployment:
+    """The deployment, or one line with vLLM's first refusal, this host's CPU included."""
+    return checked(deployment, inventory, hardware, host_flags(hardware))
 
 
 def deployed_inventory(inventory: Inventory, deployment: Deployment, draft: Inventory | None = None) -> Inventory:
@@ -46,7 +65,7 @@ def priced(inventory: Inventory, deployment: Deployment, hardware: Hardware, *, 
            draft: Inventory | None = None) -> tuple[Inventory, StepConfig]:
     """(the inventory as deployed, the StepConfig of `batch` streams at `context`): vLLM's refusals of
     the deployment first, as one line."""
-    checked(deployment, inventory, hardware)
+    check(deployment, inventory, hardware)
     deployed = deployed_inventory(inventory, deployment, draft)
     return deployed, step_config(deployment, deployed, hardware, batch=batch, context=context,
                                  acceptance_rate=acceptance_rate, routing=routing)

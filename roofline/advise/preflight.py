@@ -11,14 +11,14 @@ from dataclasses import dataclass, field, replace
 from roofline.audit import AuditResult, run_audit
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
-from roofline.predict.deployment import Deployment, flags, refusals, step_config
+from roofline.predict.deployment import Deployment, flags, step_config
 from roofline.predict.hardware import Hardware
 from roofline.predict.speculation import break_even, vllm_acceptance_rate
 from roofline.predict.step import price_step
 from roofline.predict.traffic import Scenario
 
 from .capacity import Capacity, CurvePoint, capacity
-from .deploy import capacity_request, deployed_inventory
+from .deploy import capacity_request, deployed_inventory, vllm_refusals
 
 SCHEMA = "roofline.preflight/1"
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's (data/serving.toml [memory] max_num_seqs)
@@ -136,7 +136,7 @@ def _price(inventory: Inventory, deployment: Deployment, hardware: Hardware, wor
 def preflight(inventory: Inventory, deployment: Deployment, hardware: Hardware, workload: Workload, *,
               draft: Inventory | None = None, recipe: dict | None = None) -> Preflight:
     """The answer for exactly this deployment, each flag's effect beside it."""
-    found = refusals(deployment, inventory, hardware)
+    found = vllm_refusals(deployment, inventory, hardware)
     try:
         priced = _price(inventory, deployment, hardware, workload, draft)
         error = None
@@ -152,8 +152,9 @@ def preflight(inventory: Inventory, deployment: Deployment, hardware: Hardware, 
             continue
         without = deployment.without(name)
         try:
-            if refusals(without, inventory, hardware):
-                raise RooflineError("; ".join(refusals(without, inventory, hardware)))
+            refused = vllm_refusals(without, inventory, hardware)
+            if refused:
+                raise RooflineError("; ".join(refused))
             figures = _price(inventory, without, hardware, workload, draft).figures()
             out.effects.append(FlagEffect(name, given, meanings.get(name, ""), figures))
         except RooflineError as exc:

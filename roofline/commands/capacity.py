@@ -52,9 +52,8 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
     maximum concurrency vLLM logs at start-up), and the decode curve: aggregate and per-stream tok/s
     per concurrency, what bounds each point, the knee where decode turns compute-bound, and TTFT."""
     from roofline.advise.capacity import capacity
-    from roofline.advise.deploy import capacity_request, deployed_inventory
+    from roofline.advise.deploy import capacity_request, check, deployed_inventory
     from roofline.audit import load_inventory
-    from roofline.predict.deployment import checked
     from roofline.predict.hardware import get_hardware
     from roofline.render.capacity import render_capacity
 
@@ -70,7 +69,7 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
     deployment, per_token = deployment_from(kwargs, model)
     inventory = load_inventory(model, revision=revision, config_only=config_only, from_vllm=from_vllm,
                                use_cache=not no_cache)
-    checked(deployment, inventory, hardware)
+    check(deployment, inventory, hardware)
     deployed = deployed_inventory(inventory, deployment, draft_inventory(deployment, not no_cache))
     request = capacity_request(deployment, inventory, hardware, per_token, levels=levels, prompt_len=prompt_len,
                                output_len=output_len, routing=routing, min_tok_s=min_tok_s, max_ttft_s=max_ttft_s,

@@ -90,10 +90,7 @@ def _kv_fp8_supported(obs, hardware) -> bool:
     vLLM's CPU backend with AVX-512 / AMX (it refuses fp8 KV otherwise) - a CPU entry stands for the
     host the calibration ran on, so its flags are this machine's."""
     if hardware.host == "cpu":
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8") as fh:
-                flags = fh.read()
-        except OSError:
-            return False
-        return "avx512f" in flags or "amx_tile" in flags
+        from roofline.sources.host import cpu_flags
+
+        return bool({"avx512f", "amx_tile"} & cpu_flags())
     return hardware.supports("fp8")

@@ -98,9 +98,9 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
     deployment, per_token = deployment_from(kwargs, model)
     given = load_inventory(model, revision=revision, config_only=config_only,
                            trust_remote_code=trust_remote_code, use_cache=not no_cache)
-    from roofline.predict.deployment import checked
+    from roofline.advise.deploy import check
 
-    checked(deployment, given, hardware)
+    check(deployment, given, hardware)
     from roofline.advise.deploy import plan_workload
 
     fixed = plan_workload(deployment, per_token)

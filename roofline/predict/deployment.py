@@ -538,10 +538,21 @@ def _quant_method(inventory: Inventory) -> str:
     return (inventory.quant.method or "none").lower()
 
 
-def refusals(deployment: Deployment, inventory: Inventory, hardware: Hardware) -> list[str]:
+# what vLLM-CPU's fp8 KV cache needs of the host's CPU (vllm/v1/attention/backends/cpu_attn.py:
+# "FP8 KV cache on CPU requires x86 with AVX-512 or AMX.")
+CPU_FP8_KV_FLAGS = frozenset({"avx512f", "amx_tile"})
+
+
+def refusals(deployment: Deployment, inventory: Inventory, hardware: Hardware,
+             host_cpu_flags: frozenset[str] | None = None) -> list[str]:
     """What vLLM would refuse of this deployment on this checkpoint and device, each as one line
-    naming why (empty: vLLM starts it)."""
+    naming why (empty: vLLM starts it). `host_cpu_flags`: the CPU's flags where a CPU entry stands for
+    this host (None: not known, nothing refused for them)."""
     out = []
+    if (hardware.host == "cpu" and host_cpu_flags is not None and deployment.kv_cache_dtype.startswith("fp8")
+            and not CPU_FP8_KV_FLAGS & host_cpu_flags):
+        out.append(f"--kv-cache-dtype {deployment.kv_cache_dtype}: FP8 KV cache on CPU requires x86 with AVX-512 or "
+                   "AMX (this host's CPU has neither)")
     method, main = _quant_method(inventory), inventory.main_format()
     if deployment.quantization:
         if deployment.quantization in ("fp8",) and method in ("none", ""):
@@ -601,9 +612,10 @@ def _backend_refusal(fmt: str, name: str, kind: str, hardware: Hardware) -> str 
             f"{hardware.compute_capability}")
 
 
-def checked(deployment: Deployment, inventory: Inventory, hardware: Hardware) -> Deployment:
+def checked(deployment: Deployment, inventory: Inventory, hardware: Hardware,
+            host_cpu_flags: frozenset[str] | None = None) -> Deployment:
     """The deployment, or one line with vLLM's first refusal (the commands that price one scenario)."""
-    found = refusals(deployment, inventory, hardware)
+    found = refusals(deployment, inventory, hardware, host_cpu_flags)
     if found:
         raise RooflineError(found[0] + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
     return deployment
