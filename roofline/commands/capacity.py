@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from roofline.advise.deploy import DEFAULT_PROMPT
 from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
@@ -11,7 +12,6 @@ from .options import deployment_from, deployment_options, draft_inventory, routi
 from .output import echo, print_json
 
 DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
-DEFAULT_PROMPT = 512
 
 
 @click.command(name="capacity")

@@ -97,10 +97,6 @@ class Deployment:
     def speculative_tokens(self) -> int:
         return self.speculative.tokens if self.speculative else 0
 
-    def given(self) -> dict[str, str]:
-        """The fields the deployment set, with how they were spelled (flag and value)."""
-        return dict(self.spelled)
-
     def without(self, name: str) -> "Deployment":
         """This deployment with field `name` back at vLLM's default (what a flag costs or buys)."""
         default = Deployment()
