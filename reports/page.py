@@ -452,9 +452,25 @@ def doctor_section(data: ReportData, figure) -> str:
     problems = "".join(f"<li>{esc(line)}</li>" for line in doc.get("problems") or [])
     return ('<section id="doctor"><h2>Live diagnosis (doctor)</h2>'
             f'<p>{esc(doc.get("verdict"))}</p><ul class="facts">{facts_html}</ul>'
-            f'<div class="chart">{figure}</div>{table}'
+            f'<div class="chart">{figure}</div>{table}' + _what_if_html(doc.get("what_if"))
             + (f"<h3>Could not see</h3><ul>{unseen}</ul>" if unseen else "")
             + (f"<h3>Partial</h3><ul>{problems}</ul>" if problems else "") + "</section>")
+
+
+def _what_if_html(what) -> str:
+    """doctor's what-if: the server with the flags given, priced beside it (the JSON's `what_if`)."""
+    if not isinstance(what, dict):
+        return ""
+    said = " ".join(str(f) for f in what.get("flags") or [])
+    if what.get("refusals"):
+        body = "vLLM would refuse it: " + "; ".join(str(r) for r in what["refusals"])
+    else:
+        body = (f"{charts.format_tok_s(what.get('what_if_tok_s'))} tok/s against "
+                f"{charts.format_tok_s(what.get('served_tok_s'))} as served "
+                + (f"({what['gain_tok_s']:+.1f} tok/s)" if isinstance(what.get("gain_tok_s"), (int, float)) else ""))
+    notes = "".join(f"<li>{esc(line)}</li>" for line in what.get("notes") or [])
+    return (f'<h3>What if</h3><p id="doctor-what-if"><code>{esc(said)}</code>: {esc(body)}</p>'
+            + (f"<ul>{notes}</ul>" if notes else ""))
 
 
 def capacity_section(data: ReportData, figure) -> str:

@@ -95,6 +95,24 @@ def test_every_pricing_command_takes_every_flag_as_vllm_spells_it(command):
         assert out != baseline or field in unmoved, field
 
 
+def test_doctor_what_if_takes_every_flag_as_vllm_spells_it():
+    """doctor's what-if walks the same table over a server's capture (examples/doctor): each flag reaches
+    the what-if's deployment, priced or refused as vLLM would refuse it, one line and exit 1."""
+    capture = str(REPO / "examples" / "doctor" / "qwen3-next-nvfp4-eager.capture.json")
+    for field, words in SAMPLE.items():
+        args = ["doctor", "--capture", capture, "--hardware", "h100-sxm", *words]
+        if field == "expert_parallel":
+            args += ["-tp", "2"]
+        proc = subprocess.run([sys.executable, "-m", "roofline.cli", *args, "--json"], capture_output=True,
+                              text=True, timeout=120, cwd=REPO)
+        assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, (field, proc.stderr)
+        what = json.loads(proc.stdout)["what_if"]
+        given = {f["field"] for f in what["deployment"]["flags"]}
+        assert (field if field != "speculative_config" else "speculative") in given, (field, given)
+        assert (proc.returncode == 1) == bool(what["refusals"]), (field, what)
+        assert what["refusals"] or what["what_if_tok_s"] > 0
+
+
 def test_online_fp8_quantizes_a_bf16_checkpoint_as_vllm_does():
     plain = as_json("audit", DENSE, "--hardware", "h100-sxm")
     fp8 = as_json("audit", DENSE, "--hardware", "h100-sxm", "--quantization", "fp8")

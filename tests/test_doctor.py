@@ -259,3 +259,68 @@ def test_the_graph_fix_says_what_turned_graphs_off():
     for diagnosis in (by_flag, by_mode):
         assert all(c.expected_gain_tok_s >= min_gain(diagnosis.predicted_tok_s) for c in diagnosis.causes
                    if c.kind == "configuration")
+
+
+# --------------------------------------------------------------------------- what if: vLLM's flags over the server
+
+EXAMPLE_CAPTURE = str(HERE.parent / "examples" / "doctor" / "qwen3-next-nvfp4-eager.capture.json")
+
+
+def test_what_if_prices_vllm_flags_over_the_server():
+    """doctor's what-if takes vLLM's serve flags (the deployment table's options) and prices the server
+    with them by the same path as audit: the what-if equals audit of the capture with the server's own
+    flags plus the given ones, and the server as served equals doctor's own prediction."""
+    flags = ["--kv-cache-dtype", "fp8", "--linear-backend", "flashinfer_cutlass", "--moe-backend", "flashinfer_cutlass"]
+    result, proc = doctor_json("--capture", EXAMPLE_CAPTURE, "--hardware", "gb10", *flags)
+    assert proc.returncode == 0, proc.stderr
+    what = result["what_if"]
+    assert what["flags"] == ["--kv-cache-dtype fp8", "--linear-backend flashinfer_cutlass",
+                             "--moe-backend flashinfer_cutlass"]
+    assert what["deployment"]["kv_cache_dtype"] == "fp8" and what["deployment"]["enforce_eager"] is True
+    assert what["served_tok_s"] == pytest.approx(result["predicted_tok_s"], rel=1e-12)
+    audit = json.loads(subprocess.run(
+        [sys.executable, "-m", "roofline.cli", "audit", "--from-vllm", EXAMPLE_CAPTURE, "--hardware", "gb10",
+         "--enforce-eager", "--context", "1024", "--json", *flags], capture_output=True, text=True, check=True).stdout)
+    assert what["what_if_tok_s"] == pytest.approx(audit["expected_tok_s"], rel=1e-9)
+    assert what["gain_tok_s"] > 0
+    text = doctor("--capture", EXAMPLE_CAPTURE, "--hardware", "gb10", *flags).stdout
+    assert f"what if {' '.join(what['flags'])}: {what['what_if_tok_s']:.1f} tok/s" in text
+
+
+def test_what_if_says_what_vllm_refuses_and_what_moves_no_stream():
+    refused = doctor("--capture", EXAMPLE_CAPTURE, "--hardware", "gb10", "--speculative", "2")
+    assert refused.returncode == 1
+    assert "vLLM would refuse it" in refused.stdout and "has no MTP layers" in refused.stdout
+    assert "Traceback" not in refused.stderr
+    result, proc = doctor_json("--capture", EXAMPLE_CAPTURE, "--hardware", "gb10", "--max-num-seqs", "8")
+    assert proc.returncode == 0
+    assert result["what_if"]["gain_tok_s"] == 0
+    assert any("--max-num-seqs 8: moves memory or concurrency" in n for n in result["what_if"]["notes"])
+    bad = doctor("--capture", EXAMPLE_CAPTURE, "--kv-cache-dtype", "fp9")
+    assert bad.returncode == 2 and "fp9" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_doctor_reads_a_saved_result_file_instead_of_measuring(tmp_path):
+    """doctor --bench-json: the single stream of a result file the user already has (llama-benchy's here:
+    its concurrency-1 run at the smallest context) is the measurement, its context the scenario's; a
+    file of several streams only is one line."""
+    benchy = str(HERE / "fixtures" / "results" / "llama-benchy.json")
+    result, proc = doctor_json("--capture", EXAMPLE_CAPTURE, "--hardware", "gb10", "--bench-json", benchy)
+    assert proc.returncode == 0, proc.stderr
+    assert result["measured_tok_s"] == pytest.approx(13.0)  # tg_req_throughput of the one-stream run
+    saved = result["saved_measurement"]
+    assert saved["tool"] == "llama-benchy" and saved["mean_context"] == 1024 + 1024 // 2
+    assert result["serving_modelled"]["context"] == 1536
+    assert "measured decode (no --url: the capture alone)" not in result["unseen"]
+    # 13 tok/s against a prediction of ~110: far below, however wide the eager band off its host
+    assert result["verdict_id"] == "far_below"
+    assert any(c["id"] == "engine_gap" for c in result["causes"])
+
+    many = tmp_path / "bench.json"
+    many.write_text(json.dumps({"completed": 64, "total_input_tokens": 65536, "total_output_tokens": 8192,
+                                "median_tpot_ms": 40.0, "max_concurrency": 8, "num_prompts": 64}))
+    refused = doctor("--capture", EXAMPLE_CAPTURE, "--bench-json", str(many))
+    assert refused.returncode == 1 and "measured 8 streams at least" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    both = doctor("--capture", EXAMPLE_CAPTURE, "--bench-json", benchy, "--no-bench")
+    assert both.returncode == 2

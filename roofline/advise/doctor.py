@@ -22,16 +22,19 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from roofline.data import load_table
+from roofline.errors import RooflineError
 from roofline.model.formats import PLAIN_FORMATS, format_label
 from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory
 from roofline.predict.backends import backend_named, backends_for
+from roofline.predict.deployment import Deployment, step_config
 from roofline.predict.bands import band_for
 from roofline.predict.hardware import Hardware
 from roofline.predict.launch import graphs_apply
 from roofline.predict.serving import Serving
 from roofline.predict.speculation import break_even, vllm_acceptance_rate
 from roofline.predict.step import price_step
+from roofline.predict.topology import Topology
 from roofline.predict.traffic import Traffic, compute_traffic
 from roofline.predict.verdict import min_gain, verdict_of
 from roofline.units import milliseconds
@@ -302,3 +305,87 @@ def vllm_estimate_misses(inventory: Inventory, traffic: Traffic) -> list[str]:
     ranked = sorted(odd.items(), key=lambda item: -item[1])
     return [f"{label}: {per_token / 1e9:.3g} GB/token in another format than {format_label(fmt)}"
             for label, per_token in ranked[:5]]
+
+
+# --------------------------------------------------------------------------- what if
+
+@dataclass
+class WhatIf:
+    """The server as it runs, beside the same server with the vLLM flags given (doctor's "what if"):
+    both priced by one path (advise/deploy.priced -> the step model) at one stream of the server's
+    context."""
+
+    flags: list[str]  # the changes, as vLLM spells them
+    deployment: Deployment  # the server's configuration with the changes
+    served_tok_s: float
+    what_if_tok_s: float | None  # None when vLLM would refuse the changed deployment
+    refusals: list[str]
+    acceptance_rate: float | None  # vLLM's accepted / drafted the what-if was priced at
+    notes: list[str]
+
+    @property
+    def gain_tok_s(self) -> float | None:
+        return None if self.what_if_tok_s is None else self.what_if_tok_s - self.served_tok_s
+
+    def to_json(self) -> dict:
+        return {"flags": self.flags, "deployment": self.deployment.to_json(), "served_tok_s": self.served_tok_s,
+                "what_if_tok_s": self.what_if_tok_s, "gain_tok_s": self.gain_tok_s, "refusals": self.refusals,
+                "acceptance_rate": self.acceptance_rate, "notes": self.notes}
+
+
+def what_if(inventory: Inventory, hardware: Hardware, serving: Serving, changes: Deployment,
+            acceptance: float | None, draft: Inventory | None = None) -> WhatIf:
+    """`changes` (only the flags it was given: Deployment.spelled) over the server's own deployment.
+    `acceptance`: the per-token chance given with the changes; None keeps the server's measured one
+    (or vLLM's default figure when the server does not speculate)."""
+    from roofline.predict.deployment import acceptance_for
+    from roofline.predict.speculation import vllm_acceptance_rate
+
+    from .deploy import priced, vllm_refusals
+
+    served = serving.deployment()
+    given = dict(changes.spelled)
+    changed = replace(served, **{name: getattr(changes, name) for name in given}, spelled=changes.spelled,
+                      env=changes.env, notes=changes.notes, not_modelled=changes.not_modelled, model=changes.model)
+    flags = list(given.values())
+    base = predict(inventory, hardware, serving).tok_s
+    refused = vllm_refusals(changed, inventory, hardware)
+    spec = changed.speculative
+    if acceptance is None and spec:
+        acceptance = serving.acceptance if serving.speculative_tokens else acceptance_for(changed)
+    rate = vllm_acceptance_rate(acceptance, spec.tokens) if spec else None
+    if refused:
+        return WhatIf(flags, changed, base, None, refused, rate, list(changed.notes))
+    deployed, config = priced(inventory, changed, hardware, batch=1, context=serving.context,
+                              acceptance_rate=acceptance if spec else 0.7, draft=draft)
+    if changed.topology == Topology(tp=changed.tp) and changed.tp > 1:
+        config = replace(config, placement=replace(serving, tp=changed.tp).placement(hardware))
+    step = price_step(deployed, hardware, config)
+    notes = list(changed.notes)
+    same = [f for f in flags if f not in _moving(served, changed, inventory, hardware, serving, acceptance)]
+    if same and abs(step.tok_s - base) < 1e-9:
+        notes.append(f"{', '.join(same)}: moves memory or concurrency, not one stream's decode "
+                     "(roofline capacity / preflight price that)")
+    return WhatIf(flags, changed, base, step.tok_s, [], rate, notes)
+
+
+def _moving(served: Deployment, changed: Deployment, inventory: Inventory, hardware: Hardware, serving: Serving,
+            acceptance: float | None) -> set[str]:
+    """The given flags whose change alone moves what one stream's step is priced at (its StepConfig
+    or the inventory as deployed)."""
+    from .deploy import deployed_inventory
+
+    def config_of(deployment: Deployment):
+        return (step_config(deployment, inventory, hardware, batch=1, context=serving.context,
+                            acceptance_rate=acceptance if deployment.speculative and acceptance else 0.7),
+                [m.format for m in deployed_inventory(inventory, deployment).modules])
+
+    here = config_of(served)
+    moving = set()
+    for name, spelled in changed.spelled:
+        try:
+            if config_of(replace(served, **{name: getattr(changed, name)})) != here:
+                moving.add(spelled)
+        except RooflineError:  # a change that cannot be priced on its own still moves something
+            moving.add(spelled)
+    return moving

@@ -6,9 +6,11 @@ import click
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
+from .options import deployment_from, deployment_options, draft_inventory
 from .output import echo, print_json
 
-EPILOG = ("Exit codes: 0 diagnosed; 1 nothing to diagnose (server or checkpoint unreadable); 2 bad usage; "
+EPILOG = ("Exit codes: 0 diagnosed; 1 nothing to diagnose (server or checkpoint unreadable), or vLLM would refuse "
+          "the what-if flags; 2 bad usage; "
           "3 partial (printed, but on less than was asked for: no /metrics, other metric names, a bench that "
           "failed or a server that stopped mid-bench).")
 
@@ -31,16 +33,23 @@ EPILOG = ("Exit codes: 0 diagnosed; 1 nothing to diagnose (server or checkpoint 
 @click.option("--timeout", "timeout_s", type=types.SECONDS, default=60.0, show_default=True,
               help="Seconds per HTTP request (and per streamed completion).")
 @click.option("--no-bench", is_flag=True, help="Do not measure: diagnose from what the server reports.")
+@click.option("--bench-json", type=click.Path(dir_okay=False), default=None,
+              help="Do not measure: read the single-stream decode from a result file already saved (vllm bench "
+                   "serve --save-result, guidellm's report, llama-benchy's JSON, roofline bench --json).")
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON (schema roofline.doctor/1).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Add a doctor section to this HTML report, or write one (with the audit of the served checkpoint).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+@deployment_options
 def command(model, url, served_model, capture_path, hardware_name, bandwidth, context, max_tokens, runs, warmup,
-            timeout_s, no_bench, as_json, html_path, quiet):
+            timeout_s, no_bench, bench_json, as_json, html_path, quiet, **vllm_flags):
     """Why a running vLLM server decodes below its roof: reads what the server says about itself
     (/v1/models, /version, /metrics, and the plugin's capture file), measures single-stream decode,
     predicts what this configuration and the best configuration of the same weights reach, and
-    ranks the causes with the tok/s each fix gains."""
+    ranks the causes with the tok/s each fix gains.
+
+    What if: any of vLLM's serve flags given here (--kv-cache-dtype fp8, --speculative-config ...,
+    --quantization fp8, -tp 2) are priced over the server's own configuration, beside it."""
     from roofline.advise.doctor import Context, diagnose
     from roofline.live.bench import BenchConfig, split_url
     from roofline.live.doctor import observe
@@ -49,24 +58,43 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
 
     if not url and not capture_path:
         raise click.UsageError("give --url (the server's API base, e.g. http://127.0.0.1:8000/v1) or --capture FILE")
+    if bench_json and no_bench:
+        raise click.UsageError("--bench-json is a measurement: it does not go with --no-bench")
+    saved = None
+    if bench_json:
+        from roofline.live.result_files import single_stream
+
+        from .files import load_json
+
+        saved = single_stream(load_json(bench_json, "--bench-json"), f"--bench-json {bench_json}")
     if url:
         split_url(url)
     hardware = get_hardware(hardware_name, bandwidth)
+    acceptance_given = vllm_flags.get("acceptance_rate") is not None or \
+        vllm_flags.get("mean_acceptance_length") is not None
+    changes, per_token = deployment_from(vllm_flags, model)
+    draft = draft_inventory(changes)
     from roofline.progress import reporter
 
     progress = reporter(quiet or as_json)
     bench = None
-    if url and not no_bench:
+    if url and not no_bench and saved is None:
         bench = BenchConfig(url=url, model=served_model, max_tokens=max_tokens, runs=runs, warmup=warmup,
                             timeout_s=timeout_s).validate()
     obs = observe(url=url, served_model=served_model, model=model, capture_path=capture_path, bench=bench,
-                  context=context, timeout_s=timeout_s, progress=progress)
-    measured = obs.bench.decode.median if obs.bench is not None and obs.bench.decode else None
+                  context=context, timeout_s=timeout_s, progress=progress, saved=saved)
+    measured = obs.measured_tok_s
     ctx = Context(hardware=hardware, evidence=obs.evidence, kv_fp8_supported=_kv_fp8_supported(obs, hardware),
                   graphs_off_by="cudagraph_mode" if obs.engine and not obs.engine.get("enforce_eager") else
                   "enforce_eager")
     diagnosis = diagnose(obs.inventory, hardware, obs.serving, measured, ctx)
-    payload = doctor_json(obs, diagnosis, hardware)
+    changed = None
+    if changes.spelled:
+        from roofline.advise.doctor import what_if
+
+        changed = what_if(obs.inventory, hardware, obs.serving, changes, per_token if acceptance_given else None,
+                          draft=draft)
+    payload = doctor_json(obs, diagnosis, hardware, what_if=changed)
     if as_json:
         print_json(payload)
     else:
@@ -81,6 +109,8 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
             echo(f"report: {html_path}")
     for line in obs.problems:
         echo(f"partial: {line}", err=True)
+    if changed is not None and changed.refusals:
+        raise click.exceptions.Exit(1)
     if obs.problems:
         raise click.exceptions.Exit(3)
 

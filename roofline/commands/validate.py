@@ -11,7 +11,9 @@ from roofline.errors import RooflineError
 from . import types
 from .output import echo, print_json
 from .bench import bench_options, config_from
+from .files import load_json
 from .options import no_cache_option, priced_audit, scenario_from, scenario_options
+
 
 def _scenario_params() -> tuple[str, ...]:
     """Every option that sets the scenario or the deployment (refused beside --audit-json)."""
@@ -19,23 +21,6 @@ def _scenario_params() -> tuple[str, ...]:
 
     return ("hardware_name", "bandwidth", "batch", "context", "routing", "speculative_tokens", "acceptance_rate",
             "mean_acceptance_length", "env_assignments", *(f.field for f in flags()))
-
-
-def _load_json(path: str, what: str) -> dict:
-    import msgspec
-
-    try:
-        with open(path, "rb") as fh:
-            data = msgspec.json.decode(fh.read())  # standard JSON: no NaN / Infinity
-    except FileNotFoundError:
-        raise RooflineError(f"{what} {path}: no such file") from None
-    except msgspec.DecodeError as exc:
-        raise RooflineError(f"{what} {path}: not JSON ({exc})") from None
-    except OSError as exc:
-        raise RooflineError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
-    if not isinstance(data, dict):
-        raise RooflineError(f"{what} {path}: expected a JSON object")
-    return data
 
 
 # a measurement above the ceiling by more than this (after speculation's best case) is not a decode speed
@@ -108,7 +93,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         from roofline.live.result_files import measurement_from
 
         where = f"--bench-json {bench_json}"
-        converted, tool = measurement_from(_load_json(bench_json, "--bench-json"), where)
+        converted, tool = measurement_from(load_json(bench_json, "--bench-json"), where)
         bench = check_bench_file(converted, where)
         measured_by = f"{tool or 'roofline bench'} (saved: {os.path.basename(bench_json)})"
         streams = converted.get("concurrency")
@@ -129,7 +114,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
             kwargs["context"] = bench["mean_context"]  # the scenario the server really decoded
 
     if audit_json:
-        audit = _load_json(audit_json, "--audit-json")
+        audit = load_json(audit_json, "--audit-json")
         for name in _scenario_params():
             kwargs.pop(name, None)
     else:

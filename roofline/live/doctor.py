@@ -30,6 +30,7 @@ from roofline.sources.capture import inventory_from_capture_data, load_capture
 from roofline.sources.hub import looks_like_repo_id
 
 from .bench import BenchConfig, BenchResult, run_bench
+from .result_files import SavedStream
 from .server_facts import Metrics, ServerFacts, fetch_metrics, probe_server, series
 
 
@@ -41,6 +42,7 @@ class Observation:
     inventory_source: str
     serving: Serving
     bench: BenchResult | None = None
+    saved: SavedStream | None = None  # a saved result file's single stream, instead of measuring
     counters: dict = field(default_factory=dict)  # server counter differences over the bench
     speculative: dict | None = None  # {method, num_draft, acceptance_rate} (vLLM's definition)
     graph_mode: str | None = None
@@ -48,6 +50,12 @@ class Observation:
     unseen: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # what made the diagnosis partial, one line each
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def measured_tok_s(self) -> float | None:
+        if self.saved is not None:
+            return self.saved.tok_s
+        return self.bench.decode.median if self.bench is not None and self.bench.decode else None
 
 
 def _engine_facts(capture: dict) -> dict:
@@ -88,13 +96,17 @@ def _graphs(engine: dict) -> tuple[bool | None, str | None]:
 
 
 def observe(*, url: str | None, served_model: str | None, model: str | None, capture_path: str | None,
-            bench: BenchConfig | None, context: int, timeout_s: float, progress=None) -> Observation:
+            bench: BenchConfig | None, context: int, timeout_s: float, progress=None,
+            saved: SavedStream | None = None) -> Observation:
+    """What the server says about itself, its capture, and its single-stream decode: measured here
+    (`bench`) or read from a result file the user saved (`saved`: nothing is measured then)."""
     say = progress or (lambda message: None)
     facts = probe_server(url, served_model, timeout_s) if url else None
     capture = load_capture(capture_path) if capture_path else None
     engine = _engine_facts(capture) if capture else {}
     inventory, source = _inventory(model, capture_path, facts, capture)
-    obs = Observation(facts=facts, engine=engine, inventory=inventory, inventory_source=source, serving=Serving())
+    obs = Observation(facts=facts, engine=engine, inventory=inventory, inventory_source=source, serving=Serving(),
+                      saved=saved)
     if facts:
         obs.problems += facts.problems
         obs.unseen += facts.unseen
@@ -106,7 +118,9 @@ def observe(*, url: str | None, served_model: str | None, model: str | None, cap
     # measure, with the server's counters on both sides of the window
     before = facts.metrics if facts else None
     after = None
-    if not url:
+    if saved is not None:
+        obs.notes += list(saved.notes)
+    elif not url:
         obs.unseen.append("measured decode (no --url: the capture alone)")
     elif bench is None:
         obs.unseen.append("measured decode (--no-bench)")
@@ -184,6 +198,10 @@ def _serving(obs: Observation, context: int) -> None:
     if obs.bench is not None and obs.bench.mean_context is not None:
         context = obs.bench.mean_context
         evidence["context"] = f"bench: {obs.bench.prompt_tokens} prompt + {obs.bench.completion_tokens} // 2 tokens"
+    elif obs.saved is not None and obs.saved.mean_context is not None:
+        context = obs.saved.mean_context
+        evidence["context"] = (f"{obs.saved.tool}: {obs.saved.prompt_tokens} prompt + "
+                               f"{obs.saved.completion_tokens} // 2 tokens")
 
     kv_name, kv_where = None, None
     if facts and facts.kv_cache_dtype:

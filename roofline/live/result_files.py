@@ -11,6 +11,7 @@ StatusDistributionSummary per metric, "successful" requests); llama-benchy
 schemas/benchmark_report_schema.json (BenchmarkReport, BenchmarkRun, BenchmarkMetric)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import msgspec
@@ -182,3 +183,34 @@ def measurement_from(data, where: str) -> tuple[dict, str | None]:
             return reader(data, where), tool
     raise RooflineError(f"{where}: not a result file roofline reads (roofline bench --json, vllm bench serve "
                         "--save-result, guidellm's report, llama-benchy's JSON)")
+
+
+@dataclass(frozen=True)
+class SavedStream:
+    """One stream's decode read from a result file (doctor diagnoses one stream)."""
+
+    tok_s: float
+    mean_context: int | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    tool: str  # the tool that wrote it
+    notes: tuple[str, ...] = ()
+
+
+def single_stream(data, where: str) -> SavedStream:
+    """The single-stream decode of a result file (`measurement_from`, checked as a bench result): its
+    one-stream level; a file that never measured one stream alone is one line."""
+    from .bench import check_bench_file
+
+    converted, tool = measurement_from(data, where)
+    bench = check_bench_file(converted, where)
+    streams = bench.get("concurrency")
+    rate = (bench.get("decode_tok_s") or {}).get("median")
+    if isinstance(streams, int) and streams > 1:
+        raise RooflineError(f"{where}: measured {streams} streams at least, no single stream: doctor diagnoses one "
+                            "stream (roofline validate --bench-json compares a file of several)")
+    mean_context = bench.get("mean_context")
+    return SavedStream(float(rate), mean_context if isinstance(mean_context, int) else None,
+                       bench.get("prompt_tokens") if isinstance(bench.get("prompt_tokens"), int) else None,
+                       bench.get("completion_tokens") if isinstance(bench.get("completion_tokens"), int) else None,
+                       tool or "roofline bench", tuple(str(n) for n in bench.get("notes") or ()))

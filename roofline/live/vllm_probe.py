@@ -125,6 +125,23 @@ def profile_step(run, batch: int, short: int = 4, long: int = 20) -> dict:
             "top_kernels": [{"name": name[:200], "launcher": launcher(name), "per_step": n} for name, n in top]}
 
 
+def speculative_step(spec_runs: list[dict], batch: int, short: int, long: int) -> dict:
+    """With speculation a generated token is not a step: one verify step per draft (vLLM counts a draft
+    per request and step). The step time is the long run's extra time over its extra drafts, per
+    request; tokens per step is what each step kept (1 + accepted per draft)."""
+    pairs = [(s, l) for s, l in zip(spec_runs, spec_runs[1:])
+             if s["batch"] == l["batch"] == batch and s["tokens"] == short and l["tokens"] == long]
+    steps = [(l["s"] - s["s"]) / ((l.get("num_drafts", 0) - s.get("num_drafts", 0)) / batch)
+             for s, l in pairs if l.get("num_drafts", 0) > s.get("num_drafts", 0)]
+    drafts = sum(l.get("num_drafts", 0) for _, l in pairs)
+    accepted = sum(l.get("num_accepted_tokens", 0) for _, l in pairs)
+    drafted = sum(l.get("num_draft_tokens", 0) for _, l in pairs)
+    return {"verify_step_ms": 1e3 * statistics.median(steps) if steps else None,
+            "verify_step_ms_runs": [1e3 * s for s in steps],
+            "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+            "acceptance_rate": accepted / drafted if drafted else None}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="folder with config.json")
@@ -144,6 +161,9 @@ def main() -> int:
                         help="JSON for vLLM's additional_config, e.g. '{\"gdn_prefill_backend\": \"triton\"}' "
                              "(GDN hybrids on Hopper without FlashInfer)")
     parser.add_argument("--profile-batches", default="", help="batches to profile one decode step of, e.g. 1,32")
+    parser.add_argument("--speculative-config", default=None,
+                        help="JSON as vLLM takes it, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}': "
+                             "a step is then one verify and its drafts, counted by vLLM's spec-decode counters")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -167,20 +187,42 @@ def main() -> int:
               enable_prefix_caching=False,
               **({"max_num_batched_tokens": args.max_num_batched_tokens} if args.max_num_batched_tokens else {}),
               hf_overrides=json.loads(args.hf_overrides) if args.hf_overrides else None,
+              **({"speculative_config": json.loads(args.speculative_config),
+                  # the spec-decode counters (vllm:spec_decode_num_drafts ...) are kept only with stats on
+                  "disable_log_stats": False} if args.speculative_config else {}),
               **({"additional_config": json.loads(args.additional_config)} if args.additional_config else {}))
     start_s = time.perf_counter() - started
     vocab = llm.llm_engine.model_config.get_vocab_size()
+
+    def counters() -> dict:
+        """vLLM's spec-decode counters so far (drafts = verify steps that drafted, per request)."""
+        if not args.speculative_config:
+            return {}
+        out = {}
+        for metric in llm.get_metrics():
+            for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+                if metric.name.endswith("spec_decode_" + key) or metric.name.endswith("spec_decode_" + key + "_total"):
+                    out[key] = out.get(key, 0) + float(getattr(metric, "value", 0) or 0)
+        return out
+
+    spec_runs: list[dict] = []
 
     def run(batch: int, tokens: int) -> float:
         prompts = [{"prompt_token_ids": [(7 + 13 * i + 31 * j) % (vocab - 1) + 1 for j in range(args.context)]}
                    for i in range(batch)]
         params = SamplingParams(max_tokens=tokens, min_tokens=tokens, ignore_eos=True, detokenize=False, temperature=0)
+        before = counters()
         synchronize()
         t0 = time.perf_counter()
         outputs = llm.generate(prompts, params, use_tqdm=False)
         synchronize()
+        elapsed = time.perf_counter() - t0
         assert all(len(o.outputs[0].token_ids) == tokens for o in outputs)
-        return time.perf_counter() - t0
+        if args.speculative_config:
+            after = counters()
+            spec_runs.append({"batch": batch, "tokens": tokens, "s": elapsed,
+                              **{k: after.get(k, 0) - before.get(k, 0) for k in after}})
+        return elapsed
 
     rows = []
     for batch in batches:
@@ -190,8 +232,11 @@ def main() -> int:
             short, long = run(batch, args.short), run(batch, args.long)
             steps.append((long - short) / (args.long - args.short))
         step = statistics.median(steps)
-        rows.append({"batch": batch, "context": args.context, "step_ms": 1e3 * step, "per_stream_tok_s": 1 / step,
-                     "aggregate_tok_s": batch / step, "step_ms_runs": [1e3 * s for s in steps]})
+        row = {"batch": batch, "context": args.context, "step_ms": 1e3 * step, "per_stream_tok_s": 1 / step,
+               "aggregate_tok_s": batch / step, "step_ms_runs": [1e3 * s for s in steps]}
+        if args.speculative_config:
+            row.update(speculative_step(spec_runs, batch, args.short, args.long))
+        rows.append(row)
         print(f"batch {batch:4d}: {1e3 * step:7.3f} ms/step, {batch / step:9.1f} tok/s", file=sys.stderr, flush=True)
     profiles = [profile_step(run, batch) for batch in
                 (int(b) for b in args.profile_batches.split(",") if b)]
@@ -205,6 +250,8 @@ def main() -> int:
         "engine": {"max_num_batched_tokens": llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens,
                    "max_num_seqs": llm.llm_engine.vllm_config.scheduler_config.max_num_seqs},
         "hf_overrides": json.loads(args.hf_overrides) if args.hf_overrides else None,
+        "speculative_config": json.loads(args.speculative_config) if args.speculative_config else None,
+        "speculative_runs": spec_runs,
         "additional_config": json.loads(args.additional_config) if args.additional_config else None,
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
     }

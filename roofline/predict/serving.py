@@ -1,15 +1,15 @@
 """The serving configuration a prediction is made for (what `roofline doctor` reads off a server)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from roofline.data import load_table
 from roofline.model.inventory import Inventory
 
-from .backends import backend_named
+from .deployment import Deployment, Speculation, step_config
 from .hardware import Hardware
 from .step import StepConfig
-from .topology import Topology, tensor_parallel_placement
+from .topology import Placement, tensor_parallel_placement
 from .traffic import Scenario
 
 
@@ -30,17 +30,22 @@ class Serving:
                         speculative_tokens=self.speculative_tokens,
                         acceptance_rate=min(self.acceptance, 0.999999) if self.speculative_tokens else 0.7)
 
+    def deployment(self) -> Deployment:
+        """This server's configuration in vLLM's words: what the step model prices of it goes through
+        the deployment's one StepConfig builder (predict/deployment.step_config), as every command's does."""
+        return Deployment(kv_cache_dtype=self.kv_cache_dtype, enforce_eager=not self.graphs, tp=self.tp,
+                          speculative=Speculation("mtp", self.speculative_tokens) if self.speculative_tokens else None,
+                          linear_backend=self.backend, moe_backend=self.backend)
+
+    def placement(self, hardware: Hardware) -> Placement | None:
+        """Where a TP server's ranks sit: the hardware's own link (two Sparks over ConnectX-7)."""
+        return tensor_parallel_placement(hardware, self.tp) if self.tp > 1 else None
+
     def step_config(self, inventory: Inventory, hardware: Hardware) -> StepConfig:
         """The step model's configuration of this server (single stream)."""
-        scenario = self.scenario()
-        fmt = inventory.main_format()
-        topology, placement = Topology(tp=self.tp), None
-        if self.tp > 1:
-            placement = tensor_parallel_placement(hardware, self.tp)
-        return StepConfig(batch=1, context=self.context, kv_cache_dtype=self.kv_cache_dtype, graphs=self.graphs,
-                          backend=backend_named(fmt, self.backend, hardware), topology=topology,
-                          placement=placement, speculative_tokens=self.speculative_tokens,
-                          acceptance_rate=scenario.acceptance_rate)
+        config = step_config(self.deployment(), inventory, hardware, batch=1, context=self.context,
+                             acceptance_rate=self.scenario().acceptance_rate)
+        return replace(config, placement=self.placement(hardware))
 
 
 def backend_of(kernel_label: str | None) -> str | None:

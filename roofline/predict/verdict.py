@@ -34,12 +34,12 @@ def verdict_of(measured: float, ceiling: float, expected: float, band_error: flo
     near = band_error if band_error is not None else table["near_without_band"]
     if measured > ceiling * table["above_ceiling_tolerance"]:
         key = "above_ceiling"
+    elif measured < expected * table["far_below"]:
+        key = "far_below"  # whatever the band: a band wider than this (an eager class off its host) judges nothing
     elif measured >= expected * (1 - near):
         key = "near_expected"
-    elif measured >= expected * table["far_below"]:
-        key = "below_expected"
     else:
-        key = "far_below"
+        key = "below_expected"
     return Verdict(key, table["text"][key], near)
 
 

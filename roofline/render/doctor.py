@@ -3,7 +3,7 @@ from that JSON, so the two never say different things."""
 from __future__ import annotations
 
 from roofline import __version__
-from roofline.advise.doctor import Diagnosis, vllm_estimate_misses
+from roofline.advise.doctor import Diagnosis, WhatIf, vllm_estimate_misses
 from roofline.live.doctor import Observation
 from roofline.predict.hardware import Hardware
 from roofline.untrusted import redact_url
@@ -12,10 +12,10 @@ from .text import text_table
 
 SCHEMA = "roofline.doctor/1"
 
-def doctor_json(obs: Observation, diagnosis: Diagnosis, hardware: Hardware) -> dict:
+def doctor_json(obs: Observation, diagnosis: Diagnosis, hardware: Hardware, what_if: WhatIf | None = None) -> dict:
     facts, engine, serving = obs.facts, obs.engine, obs.serving
     bench = obs.bench
-    measured = bench.decode.median if bench is not None and bench.decode else None
+    measured = obs.measured_tok_s
     estimate = None
     per_token = obs.counters.get("vllm_estimated_read_bytes_per_token")
     if per_token is not None:
@@ -57,12 +57,16 @@ def doctor_json(obs: Observation, diagnosis: Diagnosis, hardware: Hardware) -> d
         "verdict_id": diagnosis.verdict_id,
         "ceiling_tok_s": diagnosis.ceiling_tok_s,
         "causes": [cause.to_json() for cause in diagnosis.causes],
+        "what_if": what_if.to_json() if what_if is not None else None,
         "unseen": list(dict.fromkeys(obs.unseen)),
         "problems": list(obs.problems),
         "notes": list(obs.notes) + list(diagnosis.notes),
         "evidence": dict(obs.evidence),
         "counters": dict(obs.counters),
         "vllm_estimate": estimate,
+        "saved_measurement": None if obs.saved is None else {
+            "tool": obs.saved.tool, "decode_tok_s": obs.saved.tok_s, "prompt_tokens": obs.saved.prompt_tokens,
+            "completion_tokens": obs.saved.completion_tokens, "mean_context": obs.saved.mean_context},
         "bench": None if bench is None else {
             "runs": len(bench.runs), "completed": len(bench.completed),
             "decode_tok_s": None if not bench.decode else {"median": bench.decode.median, "min": bench.decode.min,
@@ -103,6 +107,7 @@ def render_doctor(payload: dict) -> str:
         lines += ["  " + line for line in text_table([["#", "cause", "tok/s", "fix", "evidence"], *rows], right={0, 2})]
     else:
         lines.append("  no configuration cause found")
+    lines += _what_if_lines(payload.get("what_if"))
     estimate = payload.get("vllm_estimate")
     if estimate:
         lines.append(f"  vLLM's own estimate: {estimate['vllm_read_bytes_per_token'] / 1e6:.3g} MB/token read vs "
@@ -111,3 +116,18 @@ def render_doctor(payload: dict) -> str:
     for title, key in (("could not see", "unseen"), ("partial", "problems"), ("note", "notes")):
         lines += [f"  {title}: {line}" for line in payload.get(key) or []]
     return "\n".join(lines)
+
+
+def _what_if_lines(what: dict | None) -> list[str]:
+    if not what:
+        return []
+    said = " ".join(what["flags"])
+    if what["refusals"]:
+        return [f"  what if {said}: vLLM would refuse it"] + [f"    refused: {line}" for line in what["refusals"]]
+    gain = what["gain_tok_s"]
+    share = f" ({100 * gain / what['served_tok_s']:+.0f}%)" if what["served_tok_s"] else ""
+    rate = what.get("acceptance_rate")
+    lines = [f"  what if {said}: {what['what_if_tok_s']:.1f} tok/s against {what['served_tok_s']:.1f} as served, "
+             f"{gain:+.1f} tok/s{share}" + (f" at acceptance {rate:.2f} (accepted / drafted)" if rate is not None
+                                             else "")]
+    return lines + [f"    note: {line}" for line in what["notes"]]
