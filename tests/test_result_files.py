@@ -6,6 +6,7 @@ tool runs in the test environment."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,58 @@ def test_a_file_it_cannot_read_is_one_line(tmp_path, data, fragment):
     proc = validate(path)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------- calibrate --from-results
+
+NVFP4 = REPO / "examples" / "Qwen3.6-35B-A3B-NVFP4"
+
+
+def _vllm_file(path: Path, tok_s: float, prompt: int = 1024, output: int = 128) -> str:
+    path.write_text(json.dumps({"backend": "vllm", "num_prompts": 8, "request_rate": "inf", "max_concurrency": 1,
+                                "completed": 8, "total_input_tokens": 8 * prompt, "total_output_tokens": 8 * output,
+                                "median_tpot_ms": 1000 / tok_s}))
+    return str(path)
+
+
+def calibrate(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "roofline.cli", "calibrate", *args], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_calibrate_fits_an_entry_to_result_files_and_audit_prices_with_it(tmp_path):
+    """calibrate --from-results: two models' files (llama-benchy's levels of a BF16 dense model, a vLLM bench
+    of an NVFP4 hybrid MoE) fit the base entry's efficiency; each model is left out in turn; the saved entry
+    prices a file's own scenario in audit exactly as the fit did."""
+    hw_file = tmp_path / "hardware.toml"
+    bench = _vllm_file(tmp_path / "nvfp4.json", 60.0)
+    proc = calibrate("--from-results", f"{MODEL}={RESULTS / 'llama-benchy.json'}", "--from-results", f"{NVFP4}={bench}",
+                     "--hardware", "gb10", "--kv-cache-dtype", "fp8", "--save", "my-spark", "--hardware-file",
+                     str(hw_file), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["schema"] == "roofline.calibrate_results/1" and out["base_hardware"] == "gb10"
+    assert 0.05 < out["efficiency"] < 1 and out["entry"]["efficiency_kind"] == "calibrated"
+    assert [(p["streams"], p["context"]) for p in out["points"]] == [(1, 1536), (4, 1536), (1, 1088)]
+    assert all(p["left_out_error"] is not None for p in out["points"])
+    assert "fitted to 3 measured levels" in out["entry"]["efficiency_source"]
+    assert out["saved"]["key"] == "my-spark" and hw_file.exists()
+    audit = subprocess.run([sys.executable, "-m", "roofline.cli", "audit", str(MODEL), "--hardware", "my-spark",
+                            "--context", "1536", "--kv-cache-dtype", "fp8", "--json"], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, "ROOFLINE_HARDWARE_FILE": str(hw_file)}, check=True)
+    assert json.loads(audit.stdout)["expected_tok_s"] == pytest.approx(out["points"][0]["predicted_tok_s"], rel=1e-9)
+
+
+def test_calibrate_refuses_files_the_device_cannot_have_measured(tmp_path):
+    too_fast = _vllm_file(tmp_path / "fast.json", 900.0)  # a BF16 8B model at 900 tok/s on 273 GB/s
+    hw_file = tmp_path / "hardware.toml"
+    proc = calibrate("--from-results", f"{MODEL}={too_fast}", "--hardware", "gb10", "--save", "x", "--hardware-file",
+                     str(hw_file))
+    assert proc.returncode == 1 and "faster than reading each step's bytes" in proc.stderr
+    assert "nothing saved" in proc.stderr and not hw_file.exists() and "Traceback" not in proc.stderr
+    bad = calibrate("--from-results", str(too_fast))
+    assert bad.returncode == 1 and "give MODEL=FILE" in bad.stderr
+    mixed = calibrate("--from-results", f"{MODEL}={too_fast}", "--engine", "vllm")
+    assert mixed.returncode == 1 and "measures nothing" in mixed.stderr
+    flags_alone = calibrate("--kv-cache-dtype", "fp8")
+    assert flags_alone.returncode == 1 and "give them with --from-results" in flags_alone.stderr

@@ -5,8 +5,10 @@ import click
 
 from roofline.errors import RooflineError
 
+from roofline.predict.hardware import DEFAULT_HARDWARE
+
 from . import types
-from .options import quiet_option
+from .options import deployment_from, deployment_options, quiet_option
 from .output import echo, print_json
 
 
@@ -34,15 +36,32 @@ from .output import echo, print_json
 @click.option("--name", default=None, help="Display name of the saved entry.")
 @click.option("--efficiency", type=types.EFFICIENCY, default=0.75, show_default=True,
               help="Saved entry: prior share of the roof a decode engine reaches on this host.")
+@click.option("--from-results", "results", multiple=True, metavar="MODEL=FILE",
+              help="Measure nothing: fit --hardware's efficiency to result files you already have (vllm bench serve "
+                   "--save-result, guidellm's report, llama-benchy's JSON, roofline bench --json), each with the "
+                   "model it measured; repeat for several. vLLM's flags below say how they were served.")
+@click.option("--hardware", "hardware_name", default=DEFAULT_HARDWARE, show_default=True,
+              help="--from-results: the catalogue entry the files were measured on (the fitted entry derives from it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @quiet_option
+@deployment_options
 def command(models, engine, batches_text, context, device, buffer_mb, repetitions, threads, save_key, hardware_file,
-            name, efficiency, as_json):
+            name, efficiency, results, hardware_name, as_json, **vllm_flags):
     """Measure this host's achievable memory bandwidth (large copy and GEMV), so a CPU or GPU
     host can be validated against its own roof. The roof is the best kernel's best repetition.
     With --engine vllm, also time the installed vLLM's decode and fit the step model to it."""
     from roofline.live.calibrate import check_key, check_name, hardware_entry, measure, save_entry
 
+    if results:
+        if models or engine != "torch":
+            raise RooflineError("--from-results measures nothing: it takes no MODEL arguments or --engine (give each "
+                                "model with its file, MODEL=FILE)")
+        _from_results(results, hardware_name, vllm_flags, save_key=save_key, hardware_file=hardware_file, name=name,
+                      as_json=as_json)
+        return
+    given = [f for f, v in vllm_flags.items() if v not in (None, False, 0, ())]
+    if given:
+        raise RooflineError("vLLM's serve flags describe how result files were served: give them with --from-results")
     if models and engine != "vllm":
         raise RooflineError("MODEL arguments are for --engine vllm")
     batches = types.parse_int_list(batches_text, "--batches", 1, 1024)
@@ -141,3 +160,57 @@ def _echo_engine(result) -> None:
              f"{band.points} points, {band.basis}: {', '.join(band.models)})")
     echo("  never measured: " + "; ".join(result.unmeasured())
          + " (a family or mode not run takes the nearest validated class's band, widened)")
+
+
+def _from_results(results, hardware_name, vllm_flags, *, save_key, hardware_file, name, as_json) -> None:
+    """calibrate --from-results: the files' levels, the fit, the entry (advise/result_fit)."""
+    from roofline.advise.result_fit import ResultPoint, fit_results, fitted_entry
+    from roofline.audit import load_inventory
+    from roofline.live.calibrate import check_key, check_name, save_entry
+    from roofline.live.result_files import measured_levels
+    from roofline.predict.hardware import entry_of, get_hardware
+
+    from .files import load_json
+
+    if hardware_file and not save_key:
+        raise RooflineError("--hardware-file needs --save KEY")
+    save_key = check_key(save_key) if save_key else None
+    check_name(name)
+    hardware = get_hardware(hardware_name)
+    deployment, per_token = deployment_from(vllm_flags)
+    points, inventories, sources = [], {}, []
+    for given in results:
+        model, sep, path = given.partition("=")
+        if not sep or not model or not path:
+            raise RooflineError(f"--from-results {given!r}: give MODEL=FILE (the model the file measured, then the file)")
+        where = f"--from-results {path}"
+        tool, levels = measured_levels(load_json(path, "--from-results"), where)
+        if model not in inventories:
+            inventories[model] = load_inventory(model)
+        sources.append(f"{tool}: {path.rsplit('/', 1)[-1]}")
+        points += [ResultPoint(model, f"{tool} {path}", streams, ctx, rate) for streams, ctx, rate in levels]
+    fit = fit_results(points, inventories, hardware, deployment, per_token)
+    entry = fitted_entry(fit, entry_of(hardware), name=name, sources=sources)
+    payload = {"schema": "roofline.calibrate_results/1", **fit.to_json(), "deployment": deployment.to_json(),
+               "entry": entry, "saved": None}
+    if save_key:
+        payload["saved"] = {"key": save_key, "file": save_entry(save_key, entry, hardware_file)}
+    if as_json:
+        print_json(payload)
+        return
+    echo(f"{hardware.name}: efficiency fitted to {len(points)} measured levels "
+         f"({', '.join(sorted(inventories))})")
+    echo(f"  {'model':28}{'streams':>8}{'context':>9}{'measured':>10}{'fitted':>9}{'error':>8}{'left out':>10}")
+    for point in payload["points"]:
+        left = f"{100 * point['left_out_error']:+9.0f}%" if point["left_out_error"] is not None else f"{'-':>10}"
+        echo(f"  {point['model'][-28:]:28}{point['streams']:>8}{point['context']:>9}{point['measured_tok_s']:>10.1f}"
+             f"{point['predicted_tok_s']:>9.1f}{100 * point['error']:>+7.0f}%{left}")
+    echo(f"  efficiency {fit.efficiency:.3f} of {hardware.bandwidth_gbps:g} GB/s (the entry's was {hardware.efficiency:g}); "
+         f"mean |error| {100 * fit.mean_abs_error:.1f}% in sample"
+         + (f", {100 * fit.left_out_mean_abs_error:.1f}% leaving each model out"
+            if fit.left_out_mean_abs_error is not None else ""))
+    for note in fit.notes:
+        echo(f"  note: {note}")
+    if payload["saved"]:
+        echo(f"saved as hardware '{save_key}' in {payload['saved']['file']}: use --hardware {save_key}"
+             + (f" (with ROOFLINE_HARDWARE_FILE={payload['saved']['file']})" if hardware_file else ""))

@@ -214,3 +214,25 @@ def single_stream(data, where: str) -> SavedStream:
                        bench.get("prompt_tokens") if isinstance(bench.get("prompt_tokens"), int) else None,
                        bench.get("completion_tokens") if isinstance(bench.get("completion_tokens"), int) else None,
                        tool or "roofline bench", tuple(str(n) for n in bench.get("notes") or ()))
+
+
+def measured_levels(data, where: str) -> tuple[str, list[tuple[int, int, float]]]:
+    """(the tool, [(streams, mean context, a stream's decode tok/s)]) of a result file: every level it
+    measured, for a fit (calibrate --from-results)."""
+    from .bench import check_bench_file
+
+    converted, tool = measurement_from(data, where)
+    bench = check_bench_file(converted, where)
+    context = bench.get("mean_context")
+    if not isinstance(context, int) or context < 1:
+        raise RooflineError(f"{where}: no prompt / output lengths: the context each step decoded at is unknown")
+    streams = bench.get("concurrency") if isinstance(bench.get("concurrency"), int) else 1
+    levels = {streams: float(bench["decode_tok_s"]["median"]) / streams}  # its figure: the lowest level's sum
+    for level in bench.get("sweep") or []:
+        per_stream = (level.get("per_stream_decode_tok_s") or {}).get("median")
+        aggregate = (level.get("aggregate_tok_s") or {}).get("median")
+        if per_stream is None and aggregate is not None:
+            per_stream = aggregate / level["concurrency"]
+        if per_stream is not None:
+            levels[int(level["concurrency"])] = float(per_stream)
+    return tool or "roofline bench", [(c, context, rate) for c, rate in sorted(levels.items())]

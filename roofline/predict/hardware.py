@@ -196,6 +196,18 @@ def catalogue() -> dict[str, Hardware]:
     return out
 
 
+def entry_of(hardware: Hardware) -> dict:
+    """The catalogue entry `hardware` was read from, as its file holds it (the shipped table or the user's),
+    for an entry derived from it (calibrate --from-results). Its own bands go: they priced its old figures."""
+    if hardware.origin == SHIPPED:
+        entry = dict(load_table("hardware")[hardware.key])
+    else:
+        entry = msgspec.structs.asdict(check_entries({hardware.key: read_user_entries(hardware.origin)[hardware.key]},
+                                                     hardware.origin)[hardware.key])
+    entry.pop("bands", None)
+    return {key: (list(value) if isinstance(value, tuple) else value) for key, value in entry.items()}
+
+
 def get_hardware(name: str | None = None, bandwidth_gbps: float | None = None) -> Hardware:
     """A catalogue entry by key or alias; --bandwidth overrides its bandwidth."""
     table = catalogue()
