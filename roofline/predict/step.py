@@ -582,6 +582,11 @@ def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topol
         target.kernels += count.kernels
         target.eager_kernels += count.eager
         target.host_equiv += _host_equiv(hardware, count)
+    if scenario.speculative_tokens:  # the drafts' own kernels and the proposer's (kernels.toml [core.draft])
+        draft, further = load_table("kernels")["core"]["draft"], scenario.speculative_tokens - 1
+        tail = segment(None, False)
+        tail.kernels += draft["first_kernels"] + further * draft["per_kernels"]
+        tail.eager_kernels += draft["first_eager_kernels"] + further * draft["per_eager_kernels"]
     _collectives(inventory, topology, placement, segments, tokens_in, micro)
     for target in segments.values():
         target.memory_at_datasheet_s = target.bytes / bandwidth * hardware.efficiency
