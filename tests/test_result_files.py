@@ -116,6 +116,8 @@ def test_calibrate_fits_an_entry_to_result_files_and_audit_prices_with_it(tmp_pa
     assert [(p["streams"], p["context"]) for p in out["points"]] == [(1, 1536), (4, 1536), (1, 1088)]
     assert all(p["left_out_error"] is not None for p in out["points"])
     assert "fitted to 3 measured levels" in out["entry"]["efficiency_source"]
+    # still a DGX Spark: the tables keyed by hardware (GB10's graph floor, its ConnectX-7 pair) apply to it
+    assert out["entry"]["derived_from"] == "gb10" and out["entry"]["graph_floor_us_per_kernel"] == 1.25
     assert out["saved"]["key"] == "my-spark" and hw_file.exists()
     audit = subprocess.run([sys.executable, "-m", "roofline.cli", "audit", str(MODEL), "--hardware", "my-spark",
                             "--context", "1536", "--kv-cache-dtype", "fp8", "--json"], capture_output=True, text=True,

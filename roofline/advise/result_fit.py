@@ -167,6 +167,7 @@ def fitted_entry(fit: ResultFit, base_entry: dict, *, name: str | None, sources:
     return base_entry | {
         "name": name or f"{fit.base.name} (fitted to result files)",
         "aliases": [],
+        "derived_from": fit.base.derived_from or fit.base.key,
         "efficiency": fit.efficiency,  # as fitted: the entry prices exactly what the fit printed
         "efficiency_kind": "calibrated",
         "efficiency_source": (f"roofline calibrate --from-results: fitted to {len(fit.points)} measured levels of "

@@ -63,6 +63,9 @@ class Hardware:
     layer_python_launches: dict[str, float] = field(default_factory=dict)
     bands: tuple["CalibratedBand", ...] = ()
     origin: str = SHIPPED  # the file the entry comes from: the shipped table or the user's (calibrate --save)
+    # the catalogue entry this one was fitted over (calibrate --from-results): the same device and box, so
+    # the tables keyed by hardware (launch.toml floors, hardware.toml links) apply to it as to that one
+    derived_from: str = ""
 
     def supports(self, compute: str) -> bool:
         return compute in self.tensor_tflops
@@ -144,6 +147,7 @@ class HardwareEntry(msgspec.Struct, forbid_unknown_fields=True):
     layer_python_launches: dict[Annotated[str, Meta(pattern=r"^(moe|mamba)$")],
                                 Annotated[float, Meta(ge=0, le=1e4)]] = msgspec.field(default_factory=dict)
     bands: Annotated[list[CalibratedBand], Meta(max_length=64)] = []
+    derived_from: Annotated[str, Meta(pattern=r"^([a-z0-9][a-z0-9_-]{0,63})?$")] = ""
 
 
 def check_entries(table, where: str) -> dict[str, HardwareEntry]:

@@ -34,7 +34,7 @@ def launch_costs(hardware: Hardware, host_us_per_kernel: float | None = None, fa
                            "CPU host: no CUDA graphs")
     table = load_table("launch")
     host = table["host"].get(hardware.host) or table["host"]["unknown"]
-    floor = table["floor"].get(hardware.key) or table["floor"]["default"]
+    floor = table["floor"].get(hardware.key) or table["floor"].get(hardware.derived_from) or table["floor"]["default"]
     # a calibrated entry carries what was measured on that host and GPU: it wins over the table
     if hardware.host_us_per_kernel is not None:
         host = {"host_us_per_kernel": hardware.host_us_per_kernel, "kind": "calibrated", "source": hardware.launch_source}

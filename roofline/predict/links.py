@@ -55,10 +55,16 @@ def links() -> dict[str, Link]:
     return out
 
 
+def _names(hardware: Hardware) -> set[str]:
+    """The keys the link table may name this hardware by: its own, and the entry it was derived from (an
+    entry `calibrate --from-results` fitted over gb10 is still a DGX Spark, cabled as one)."""
+    return {hardware.key, hardware.derived_from} - {""}
+
+
 def default_link(hardware: Hardware) -> Link:
     """The link this hardware's collectives take by default (hardware.toml default_for)."""
     for key, entry in load_table("hardware").get("link", {}).items():
-        if hardware.key in entry.get("default_for", ()):
+        if _names(hardware) & set(entry.get("default_for", ())):
             return links()[key]
     return links()["pcie5"]
 
@@ -76,7 +82,8 @@ def network_link(hardware: Hardware, boxes: int = 2, name: str | None = None) ->
     network_for that joins `boxes` of them (two Sparks: the direct cable; more: through a switch)."""
     if name:
         return named_link(name, "network")
-    candidates = [link for link in links().values() if link.scope == "network" and hardware.key in link.network_for]
+    candidates = [link for link in links().values()
+                  if link.scope == "network" and _names(hardware) & set(link.network_for)]
     for link in candidates:
         if link.max_ranks >= boxes:
             return link
@@ -97,7 +104,7 @@ def box_devices(hardware: Hardware) -> int | None:
     """The most devices one box of this hardware holds, as hardware.toml's links describe its boxes
     (ranks_per_box of the links that join them: a DGX Spark holds one GB10), or None when no link
     states it."""
-    sizes = [link.ranks_per_box for link in links().values() if hardware.key in link.network_for]
+    sizes = [link.ranks_per_box for link in links().values() if _names(hardware) & set(link.network_for)]
     return max(sizes) if sizes else None
 
 
