@@ -3,10 +3,10 @@ a bad value is one line and exit code 2, never a wrong number further down."""
 from __future__ import annotations
 
 import math
-import re
 
 import click
 
+from roofline.errors import RooflineError
 from roofline.predict.traffic import BATCH_LIMIT, CONTEXT_LIMIT, DRAFT_TOKENS_LIMIT, KV_SPELLINGS
 
 
@@ -59,21 +59,17 @@ class Tokens(click.IntRange):
     binary (32K = 32,768; decimals not allowed), then bounded like any count."""
 
     name = "tokens"
-    _SUFFIX = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
-    _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-    _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
     def convert(self, value, param, ctx):
         if isinstance(value, str):
+            from roofline.predict.deployment import TOKEN_SUFFIX, human_readable_int
+
             text = value.strip()
-            found = self._SUFFIX.fullmatch(text)
-            if found:
-                number, suffix = found.groups()
-                if suffix in self._BINARY and "." in number:
-                    self.fail(f"{text!r}: no decimals with a binary suffix ({number}{suffix.lower()} is decimal)",
-                              param, ctx)
-                value = (int(float(number) * self._DECIMAL[suffix]) if suffix in self._DECIMAL
-                         else int(number) * self._BINARY[suffix])
+            if TOKEN_SUFFIX.fullmatch(text):  # plain digits go to the range check as they are
+                try:
+                    value = human_readable_int("", text)
+                except RooflineError as exc:
+                    self.fail(str(exc).lstrip(": "), param, ctx)
         return super().convert(value, param, ctx)
 
 

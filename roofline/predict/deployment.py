@@ -196,7 +196,7 @@ def convert(flag: Flag, raw, spelled: str | None = None):
         raise RooflineError(f"{where}: needs a value")
     text = str(raw).strip()
     if kind in ("int", "tokens"):
-        number = _tokens(where, text) if kind == "tokens" else _whole(where, text)
+        number = human_readable_int(where, text) if kind == "tokens" else _whole(where, text)
         return _bounded(flag, where, number)
     if kind == "float":
         try:
@@ -245,12 +245,12 @@ def _whole(where: str, text: str) -> int:
     return int(text)
 
 
-_SUFFIX = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+TOKEN_SUFFIX = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 
 
-def _tokens(where: str, text: str) -> int:
+def human_readable_int(where: str, text: str) -> int:
     """vLLM's human_readable_int: 32k = 32,000 (lower case decimal), 32K = 32,768 (upper case binary)."""
-    found = _SUFFIX.fullmatch(text)
+    found = TOKEN_SUFFIX.fullmatch(text)
     if not found:
         return _whole(where, text)
     number, suffix = found.groups()
