@@ -94,7 +94,7 @@ def main() -> int:
     wheels_dir = out / "wheels"
     wheels_dir.mkdir(parents=True, exist_ok=True)
 
-    queue = [f"vllm=={table['vllm']['version']}"]
+    queue = [f"vllm=={table['vllm']['version']}", *table.get("also", {}).get("packages", [])]
     seen: dict[str, Path] = {}
     while queue:
         spec = queue.pop(0)
