@@ -22,12 +22,11 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from roofline.data import load_table
-from roofline.errors import RooflineError
 from roofline.model.formats import PLAIN_FORMATS, format_label
 from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory
 from roofline.predict.backends import backend_named, backends_for
-from roofline.predict.deployment import Deployment, step_config
+from roofline.predict.deployment import Deployment
 from roofline.predict.bands import band_for
 from roofline.predict.hardware import Hardware
 from roofline.predict.launch import graphs_apply
@@ -362,30 +361,8 @@ def what_if(inventory: Inventory, hardware: Hardware, serving: Serving, changes:
         config = replace(config, placement=replace(serving, tp=changed.tp).placement(hardware))
     step = price_step(deployed, hardware, config)
     notes = list(changed.notes)
-    same = [f for f in flags if f not in _moving(served, changed, inventory, hardware, serving, acceptance)]
-    if same and abs(step.tok_s - base) < 1e-9:
-        notes.append(f"{', '.join(same)}: moves memory or concurrency, not one stream's decode "
+    if abs(step.tok_s - base) < 1e-9:
+        notes.append(f"{', '.join(flags)}: moves memory or concurrency, not one stream's decode "
                      "(roofline capacity / preflight price that)")
     return WhatIf(flags, changed, base, step.tok_s, [], rate, notes)
 
-
-def _moving(served: Deployment, changed: Deployment, inventory: Inventory, hardware: Hardware, serving: Serving,
-            acceptance: float | None) -> set[str]:
-    """The given flags whose change alone moves what one stream's step is priced at (its StepConfig
-    or the inventory as deployed)."""
-    from .deploy import deployed_inventory
-
-    def config_of(deployment: Deployment):
-        return (step_config(deployment, inventory, hardware, batch=1, context=serving.context,
-                            acceptance_rate=acceptance if deployment.speculative and acceptance else 0.7),
-                [m.format for m in deployed_inventory(inventory, deployment).modules])
-
-    here = config_of(served)
-    moving = set()
-    for name, spelled in changed.spelled:
-        try:
-            if config_of(replace(served, **{name: getattr(changed, name)})) != here:
-                moving.add(spelled)
-        except RooflineError:  # a change that cannot be priced on its own still moves something
-            moving.add(spelled)
-    return moving

@@ -120,7 +120,8 @@ def _kv_fp8_supported(obs, hardware) -> bool:
     vLLM's CPU backend with AVX-512 / AMX (it refuses fp8 KV otherwise) - a CPU entry stands for the
     host the calibration ran on, so its flags are this machine's."""
     if hardware.host == "cpu":
+        from roofline.predict.deployment import CPU_FP8_KV_FLAGS
         from roofline.sources.host import cpu_flags
 
-        return bool({"avx512f", "amx_tile"} & cpu_flags())
+        return bool(CPU_FP8_KV_FLAGS & cpu_flags())
     return hardware.supports("fp8")

@@ -89,14 +89,12 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
 
         measured_by = f"roofline bench {redact_url(url)}"
     elif bench_json:
-        from roofline.live.bench import check_bench_file
-        from roofline.live.result_files import measurement_from
+        from roofline.live.result_files import checked_measurement
 
         where = f"--bench-json {bench_json}"
-        converted, tool = measurement_from(load_json(bench_json, "--bench-json"), where)
-        bench = check_bench_file(converted, where)
+        bench, tool = checked_measurement(load_json(bench_json, "--bench-json"), where)
         measured_by = f"{tool or 'roofline bench'} (saved: {os.path.basename(bench_json)})"
-        streams = converted.get("concurrency")
+        streams = bench.get("concurrency")
         if isinstance(streams, int) and streams > 1 and "batch" not in explicit:
             kwargs["batch"] = streams  # the file's figure is of that many streams together
     else:

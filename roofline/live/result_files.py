@@ -197,13 +197,19 @@ class SavedStream:
     notes: tuple[str, ...] = ()
 
 
-def single_stream(data, where: str) -> SavedStream:
-    """The single-stream decode of a result file (`measurement_from`, checked as a bench result): its
-    one-stream level; a file that never measured one stream alone is one line."""
+def checked_measurement(data, where: str) -> tuple[dict, str | None]:
+    """`measurement_from`, then checked as any bench result (live/bench.check_bench_file): what validate,
+    doctor and calibrate read of a file."""
     from .bench import check_bench_file
 
     converted, tool = measurement_from(data, where)
-    bench = check_bench_file(converted, where)
+    return check_bench_file(converted, where), tool
+
+
+def single_stream(data, where: str) -> SavedStream:
+    """The single-stream decode of a result file (`measurement_from`, checked as a bench result): its
+    one-stream level; a file that never measured one stream alone is one line."""
+    bench, tool = checked_measurement(data, where)
     streams = bench.get("concurrency")
     rate = (bench.get("decode_tok_s") or {}).get("median")
     if isinstance(streams, int) and streams > 1:
@@ -219,10 +225,7 @@ def single_stream(data, where: str) -> SavedStream:
 def measured_levels(data, where: str) -> tuple[str, list[tuple[int, int, float]]]:
     """(the tool, [(streams, mean context, a stream's decode tok/s)]) of a result file: every level it
     measured, for a fit (calibrate --from-results)."""
-    from .bench import check_bench_file
-
-    converted, tool = measurement_from(data, where)
-    bench = check_bench_file(converted, where)
+    bench, tool = checked_measurement(data, where)
     context = bench.get("mean_context")
     if not isinstance(context, int) or context < 1:
         raise RooflineError(f"{where}: no prompt / output lengths: the context each step decoded at is unknown")
