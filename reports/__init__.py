@@ -18,6 +18,7 @@ import re
 import tempfile
 
 from roofline.errors import RooflineError
+from roofline.untrusted import redacted
 
 from .page import DATA_ELEMENT_ID, render_page
 from .view import as_rows, report_data
@@ -36,6 +37,8 @@ def _sections(given: dict) -> dict:
 
 
 def _render(audit_json: dict, sections: dict, cdn: bool) -> str:
+    # nothing a user typed (a serve line's --api-key, a recipe's HF_TOKEN) is written into a page
+    audit_json, sections = redacted(audit_json), {name: redacted(value) for name, value in sections.items()}
     data = report_data(audit_json, **sections)
     return render_page(data, cdn=cdn, embedded={"audit": audit_json, **sections, "cdn": bool(cdn)})
 

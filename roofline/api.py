@@ -11,11 +11,87 @@ model for every tok/s); a bad argument raises roofline.errors.RooflineError with
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from typing import Annotated, Literal, Mapping
+
+import msgspec
+from msgspec import Meta
 
 from roofline.errors import RooflineError
+from roofline.predict.arguments import RANGES
+from roofline.untrusted import printable
 
 __all__ = ["audit", "capacity", "plan", "preflight"]
+
+
+def _ranged(name: str):
+    """The API's type of one of the tool's ranges (predict/arguments.py: the CLI's options are made from it)."""
+    r = RANGES[name]
+    bounds = {"gt" if r.low_open else "ge": r.low, "le": r.high}
+    return Annotated[int if r.integer else float, Meta(**bounds)]
+
+
+Text = Annotated[str, Meta(min_length=1, max_length=4096)]
+Env = dict[Annotated[str, Meta(max_length=256)], Annotated[str, Meta(max_length=1 << 16)]]
+
+
+class _Common(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    hardware: Text = "gb10"
+    bandwidth: _ranged("bandwidth_gbps") | None = None
+    routing: Literal["uniform", "shared"] = "uniform"
+    speculative_tokens: _ranged("draft_tokens") = 0
+    acceptance_rate: _ranged("acceptance") | None = None
+    mean_acceptance_length: _ranged("mean_acceptance_length") | None = None
+    env: Env | None = None
+    use_cache: bool = True
+
+
+class _AuditArgs(_Common, forbid_unknown_fields=True, kw_only=True):
+    model: Text = ""
+    batch: _ranged("sequences") = 1
+    context: _ranged("context") | None = None
+    revision: Text | None = None
+    config_only: bool = False
+
+
+class _CapacityArgs(_Common, forbid_unknown_fields=True, kw_only=True):
+    model: Text = ""
+    concurrency: Annotated[list[_ranged("sequences")], Meta(min_length=1, max_length=256)]
+    prompt_len: _ranged("prompt_tokens") | None = None
+    output_len: _ranged("prompt_tokens") = 256
+    revision: Text | None = None
+    config_only: bool = False
+
+
+class _PlanArgs(_Common, forbid_unknown_fields=True, kw_only=True):
+    model: Text = ""
+    formats: Annotated[list[Text], Meta(min_length=1, max_length=64)]
+    recipes: Annotated[list[Text], Meta(min_length=1, max_length=64)]
+    concurrency: _ranged("sequences") = 1
+    context: _ranged("context") | None = None
+    kv_cache_dtype: Text = "auto"
+
+
+class _PreflightArgs(_Common, forbid_unknown_fields=True, kw_only=True):
+    serve_line: Annotated[str, Meta(min_length=1, max_length=1 << 16)] | \
+        Annotated[list[Annotated[str, Meta(max_length=1 << 16)]], Meta(min_length=1, max_length=4096)] | None = None
+    recipe: Text | None = None
+    overrides: Env | None = None
+    prompt_len: _ranged("prompt_tokens") = 1024
+    output_len: _ranged("prompt_tokens") = 256
+
+
+def _checked(kind: type, function: str, values: dict) -> None:
+    """The arguments of roofline.<function>(...) against the same ranges the CLI's options take: a wrong type
+    (batch="8", hardware=["gb10"], recipe=1), a value out of range (bandwidth=nan, batch=2.5) is one
+    RooflineError naming the argument, never a TypeError further down or a wrong number."""
+    values = {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items()}
+    try:
+        msgspec.convert(values, kind, strict=True)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        where = text.rsplit(" - at `$.", 1)
+        name = where[1].rstrip("`").split("[")[0].split(".")[0] if len(where) == 2 else ""
+        raise RooflineError(f"roofline.{function}({name}=...): {printable(where[0], 200)}") from None
 
 
 def _deployment(model: str | None, vllm_args: dict, env: Mapping[str, str] | None, speculative_tokens: int,
@@ -54,6 +130,10 @@ def audit(model: str, *, hardware: str = "gb10", bandwidth: float | None = None,
     from roofline.predict.hardware import get_hardware
     from roofline.predict.traffic import Scenario
 
+    _checked(_AuditArgs, "audit", dict(model=model, hardware=hardware, bandwidth=bandwidth, batch=batch,
+                                        context=context, routing=routing, speculative_tokens=speculative_tokens,
+                                        acceptance_rate=acceptance_rate, mean_acceptance_length=mean_acceptance_length,
+                                        env=env, revision=revision, config_only=config_only, use_cache=use_cache))
     deployment, per_token = _deployment(model, vllm_args, env, speculative_tokens, acceptance_rate,
                                         mean_acceptance_length)
     if context is None:
@@ -81,6 +161,11 @@ def capacity(model: str, *, hardware: str = "gb10", bandwidth: float | None = No
     from roofline.advise.deploy import capacity_request, check, deployed_inventory
     from roofline.predict.hardware import get_hardware
 
+    _checked(_CapacityArgs, "capacity", dict(
+        model=model, hardware=hardware, bandwidth=bandwidth, concurrency=concurrency, prompt_len=prompt_len,
+        output_len=output_len, routing=routing, speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
+        mean_acceptance_length=mean_acceptance_length, env=env, revision=revision, config_only=config_only,
+        use_cache=use_cache))
     deployment, per_token = _deployment(model, vllm_args, env, speculative_tokens, acceptance_rate,
                                         mean_acceptance_length)
     target = get_hardware(hardware, bandwidth)
@@ -106,6 +191,10 @@ def plan(model: str, *, hardware: str = "gb10", bandwidth: float | None = None,
     from roofline.predict.hardware import get_hardware
     from roofline.sources.config import base_inventory
 
+    _checked(_PlanArgs, "plan", dict(
+        model=model, hardware=hardware, bandwidth=bandwidth, formats=formats, recipes=recipes, concurrency=concurrency,
+        context=context, kv_cache_dtype=kv_cache_dtype, routing=routing, speculative_tokens=speculative_tokens,
+        acceptance_rate=acceptance_rate, mean_acceptance_length=mean_acceptance_length, env=env, use_cache=use_cache))
     target = get_hardware(hardware, bandwidth)
     given = _inventory(model, None, False, use_cache)
     if context is None:
@@ -133,6 +222,10 @@ def preflight(serve_line: str | list[str] | None = None, *, recipe: str | None =
     from roofline.predict.deployment import acceptance_for, parse_serve_line
     from roofline.predict.hardware import get_hardware
 
+    _checked(_PreflightArgs, "preflight", dict(
+        serve_line=serve_line, recipe=recipe, overrides=overrides, hardware=hardware, bandwidth=bandwidth,
+        prompt_len=prompt_len, output_len=output_len, routing=routing, acceptance_rate=acceptance_rate,
+        mean_acceptance_length=mean_acceptance_length, env=env, use_cache=use_cache))
     if (serve_line is None) == (recipe is None):
         raise RooflineError("give a serve line or a recipe, not both")
     recipe_json, line_env = None, {}

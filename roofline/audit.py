@@ -41,8 +41,8 @@ def load_inventory(model: str, *, revision: str | None = None, config_only: bool
     if local:
         has_weights = any(f.endswith(".safetensors") for f in os.listdir(model))
         if config_only or not has_weights:
-            if not os.path.isfile(os.path.join(model, "config.json")):
-                raise RooflineError(f"{model}: no config.json")
+            if not os.path.lexists(os.path.join(model, "config.json")):
+                raise RooflineError(f"{model}: no config.json")  # one that is there is read as a regular file
             return load_config_only(model, trust_remote_code=trust_remote_code, use_cache=use_cache)
         return load_local(model)
     if looks_like_repo_id(model):

@@ -9,7 +9,7 @@ import sys
 import click
 
 from .errors import RooflineError
-from .untrusted import printable, redact_url
+from .untrusted import printable, redact_secrets, redact_url
 
 # name -> (module, short help). Help text is here so --help needs no import.
 COMMANDS = {
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             return code
     except RooflineError as exc:
         # one line whatever a server or file put into the message: escaped, credentials redacted
-        click.echo(f"error: {printable(redact_url(str(exc)), 2000)}", err=True)
+        click.echo(f"error: {printable(redact_secrets(redact_url(str(exc))), 2000)}", err=True)
         return getattr(exc, "exit_code", 1)
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             command = f"roofline {args[0]}"
         if isinstance(exc, click.NoSuchOption):
             _suggest_option(exc)
-        click.echo(f"error: {printable(redact_url(exc.format_message()), 2000)} (see '{command} --help')", err=True)
+        click.echo(f"error: {printable(redact_secrets(redact_url(exc.format_message())), 2000)} (see '{command} --help')", err=True)
         return exc.exit_code
     except click.ClickException as exc:
         exc.show()

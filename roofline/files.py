@@ -1,4 +1,10 @@
-"""Writing files the tool reads back: with a real writer, atomically, and checked.
+"""Reading the files a user names, and writing files the tool reads back: with a real writer, atomically,
+and checked.
+
+Every file read from a path a user, a recipe or an environment gave goes through `read_regular`: a
+regular file only (a FIFO, a device such as /dev/zero or a folder is refused before a byte is read: it
+could never end), opened without blocking, its size capped before reading; JSON through `decode_json`
+(a document nested past MAX_DEPTH is refused, never a RecursionError).
 
 Every file goes to a temporary file in the same folder, is read back with the matching parser and
 compared with what was meant, and only then renamed over the target: a crash, a full disk or a
@@ -12,10 +18,109 @@ import fcntl
 import json
 import math
 import os
+import stat
 import tempfile
 import tomllib
 
 from roofline.errors import RooflineError
+from roofline.untrusted import redacted
+
+
+MAX_DEPTH = 64  # a result file, a config or a recipe nests a handful of levels
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str, what: str):
+    """The regular file at `path` opened for reading in binary (without blocking on a FIFO while opening),
+    or one line: a FIFO, a device, a folder or a socket is refused before a byte is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise RooflineError(f"{what}: no such file") from None
+    except OSError as exc:
+        raise RooflineError(f"{what}: cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RooflineError(f"{what}: {_kind(info.st_mode)}, not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path: str, what: str, limit: int) -> bytes:
+    """The bytes of the regular file at `path`, at most `limit` of them, or one line naming `what`."""
+    handle = open_regular(path, what)
+    fd = handle.fileno()
+    try:
+        info = os.fstat(fd)
+        if info.st_size > limit:
+            raise RooflineError(f"{what}: {info.st_size:,} bytes, more than the {limit:,} such a file can hold")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise RooflineError(f"{what}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        handle.close()
+    if size > limit:
+        raise RooflineError(f"{what}: more than the {limit:,} bytes such a file can hold")
+    return b"".join(chunks)
+
+
+def too_deep(value, limit: int = MAX_DEPTH) -> bool:
+    """Whether a decoded document nests more than `limit` containers deep (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in item if isinstance(child, (dict, list)))
+    return False
+
+
+def decode_json(raw: bytes, what: str):
+    """Standard JSON (no NaN / Infinity) decoded, or one line: not JSON, or nested deeper than MAX_DEPTH."""
+    import msgspec
+
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise RooflineError(f"{what}: not JSON ({exc})") from None
+    except RecursionError:
+        value = None
+    if value is None and raw.strip() != b"null" or too_deep(value):
+        raise RooflineError(f"{what}: nested deeper than {MAX_DEPTH} levels, not a file roofline reads")
+    return value
+
+
+def refuse_special(path: str, what: str) -> None:
+    """A path the tool is about to update in place (a lock beside it, a file renamed over it): refused when
+    something that is not a regular file is there (a device, a FIFO, a folder)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise RooflineError(f"{what}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise RooflineError(f"{what}: {_kind(info.st_mode)}, not a file roofline writes")
 
 
 def _umask() -> int:
@@ -28,6 +133,7 @@ def _atomic(path: str, data: bytes, check, make_parent: bool = False) -> str:
     """`make_parent`: create the folder (the tool's own files); a user's output path whose folder is missing is
     refused (a typo must not create /nonexistent/dir)."""
     directory = os.path.dirname(os.path.abspath(path))
+    refuse_special(path, path)
     if not make_parent and not os.path.isdir(directory):
         raise RooflineError(f"{path}: no such directory: {directory}")
     try:
@@ -63,6 +169,7 @@ def json_bytes(value, where: str, indent: int | None = None) -> bytes:
 
 
 def write_json(path: str, value, indent: int | None = 2, make_parent: bool = False) -> str:
+    value = redacted(value)  # nothing a user typed stores a credential
     data = json_bytes(value, path, indent) + b"\n"
 
     def check(raw: bytes) -> None:
@@ -84,6 +191,7 @@ def toml_bytes(table: dict, where: str, header: str = "") -> bytes:
 
 
 def write_toml(path: str, table: dict, header: str = "", make_parent: bool = False) -> str:
+    table = redacted(table)
     data = toml_bytes(table, path, header)
 
     def check(raw: bytes) -> None:
@@ -101,6 +209,7 @@ def locked(path: str):
     """An exclusive lock for updating `path` in place (read, change, write): held on `path`.lock beside it, so
     that N concurrent writers keep N changes; whoever holds it re-reads the file under it."""
     directory = os.path.dirname(os.path.abspath(path))
+    refuse_special(path, path)  # no lock left beside /dev/zero
     try:
         os.makedirs(directory, exist_ok=True)
         fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())

@@ -251,15 +251,17 @@ def test_capacity_over_gpus_and_boxes():
         alone = capacity(qwen, gb10, Request(max_model_len=32768, concurrency=levels))
         assert over.split["boxes"] == 4
         assert over.replicas * over.kv.tokens > alone.kv.tokens  # every engine's GPUs hold fewer weights
+        # GB10's NVML reports no memory: vLLM's serve default there is 256 sequences
         assert over.fit_concurrency == min(over.kv.num_blocks // over.kv.blocks_for(640), 256) * over.replicas
     # a small model on four H200s: data parallel, each engine its own KV cache and max_num_seqs
     small = load_inventory(str(Path(__file__).parent.parent / "roofline" / "data" / "engine_models" / "qwen3-0.6b"))
     h200 = get_hardware("h200")
-    replicated = capacity(small, h200, Request(max_model_len=32768, gpus=4, concurrency=(1024,)))
-    single = capacity(small, h200, Request(max_model_len=32768, concurrency=(1024,)))
+    replicated = capacity(small, h200, Request(max_model_len=32768, gpus=4, concurrency=(2048,)))
+    single = capacity(small, h200, Request(max_model_len=32768, concurrency=(2048,)))
     assert (replicated.split["dp"], replicated.replicas) == (4, 4)
     assert replicated.kv.tokens == single.kv.tokens  # each engine is one whole GPU
-    assert replicated.fit_concurrency == 4 * single.fit_concurrency == 4 * 256
+    # vLLM's serve default on a 131 GiB card: 1024 sequences (predict/scheduler_config.py)
+    assert replicated.fit_concurrency == 4 * single.fit_concurrency == 4 * 1024
     assert replicated.verdict().startswith("4 data-parallel replicas of")
     assert replicated.curve[0].fits and not single.curve[0].fits
     for args, message in ((("--tp", "2", "--gpus", "2"), "--tp and --gpus / --boxes do not go together"),

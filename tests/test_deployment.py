@@ -43,6 +43,10 @@ SAMPLE = {
     "kv_cache_memory_bytes": ["--kv-cache-memory-bytes", "8G"],
     "block_size": ["--block-size", "32"],
     "prefix_caching": ["--no-enable-prefix-caching"],
+    "chunked_prefill": ["--no-enable-chunked-prefill", "--max-num-batched-tokens", "40960"],
+    "async_scheduling": ["--no-async-scheduling"],
+    "long_prefill_token_threshold": ["--long-prefill-token-threshold", "2048"],
+    "max_num_active_seqs": ["--max-num-active-seqs", "64"],
 }
 COMMANDS = ("audit", "kernels", "compare", "capacity")
 
@@ -87,7 +91,9 @@ def test_every_pricing_command_takes_every_flag_as_vllm_spells_it(command):
             assert (field if field != "speculative_config" else "speculative") in given, (field, given)
         # what moves nothing here: attention (priced by bytes and FLOPs whatever the kernel), a backend of a
         # format this BF16 model has none of, memory flags where no memory is sized, limits above the scenario
-        unmoved = {"attention_backend", "linear_backend", "moe_backend"}
+        unmoved = {"attention_backend", "linear_backend", "moe_backend",
+                   # the scheduler's: they move a server under load (TTFT, queueing), not one step's decode
+                   "async_scheduling", "long_prefill_token_threshold", "max_num_active_seqs"}
         if command != "capacity":
             unmoved |= {"block_size", "max_num_batched_tokens", "prefix_caching", "gpu_memory_utilization",
                         "kv_cache_memory_bytes", "max_model_len", "max_num_seqs",
@@ -137,8 +143,8 @@ def test_online_fp8_lets_a_model_fit_that_bf16_does_not():
     (["--max-model-len", "100000"], "greater than the derived max_model_len"),
     (["--quantization", "awq"], "does not match the quantization method"),
     (["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 2}'], "has no MTP layers"),
-    (["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 2}'], "needs the draft checkpoint"),
-    (["--speculative-config", '{"num_speculative_tokens": 2, "methdo": "mtp"}'], "unknown key 'methdo'"),
+    (["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 2}'], "without speculative model"),
+    (["--speculative-config", '{"num_speculative_tokens": 2, "methdo": "mtp"}'], "'methdo': Extra inputs are not permitted"),
     (["--gpu-memory-utilization", "1.5"], "out of range"),
     (["--env", "VLLM_USE_FLASHINFER_MOE_FP4=2"], "vLLM takes 0, 1"),
     (["--env", "NOEQUALS"], "KEY=VALUE"),

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from roofline.data import load_table
 from roofline.errors import RooflineError
@@ -22,6 +22,7 @@ from roofline.predict.bands import band_for, band_json
 from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
 from roofline.predict.launch import graphs_apply
+from roofline.predict.scheduler_config import batch_defaults
 from roofline.predict.step import StepConfig, price_step
 from roofline.predict.topology import Topology, refusal, stage_layers, tensor_parallel_placement
 from roofline.predict.traffic import KV_DTYPE_BYTES, ROUTINGS, Scenario, compute_traffic, dtype_bytes
@@ -38,6 +39,7 @@ class Request:
 
     max_model_len: int
     kv_cache_dtype: str = "auto"
+    auto_max_model_len: bool = False  # --max-model-len auto / -1: fitted down to what the KV cache holds
     gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: int | None = None
     cpu_kvcache_space_gib: float | None = None  # VLLM_CPU_KVCACHE_SPACE, on a CPU server
@@ -177,9 +179,17 @@ def _table() -> dict:
 
 
 def batched_tokens(request: "Request", hardware: Hardware) -> int:
-    """max_num_batched_tokens: given, else vLLM's default for the platform (serving.toml)."""
-    return request.max_num_batched_tokens or _platform(hardware).get("max_num_batched_tokens") or \
-        _table()["memory"]["max_num_batched_tokens"]
+    """max_num_batched_tokens: given, else vLLM's default for the device (predict/scheduler_config.py)."""
+    return request.max_num_batched_tokens or batch_defaults(hardware, world_size=_cpu_world(request, hardware))[0]
+
+
+def max_num_seqs(request: "Request", hardware: Hardware) -> int:
+    """max_num_seqs: given, else vLLM's default for the device (predict/scheduler_config.py)."""
+    return request.max_num_seqs or batch_defaults(hardware, world_size=_cpu_world(request, hardware))[1]
+
+
+def _cpu_world(request: "Request", hardware: Hardware) -> int:
+    return request.tp * request.pp if hardware.host == "cpu" else 1
 
 
 def _platform(hardware: Hardware) -> dict:
@@ -291,7 +301,7 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
         return [MemoryTerm("kv_cache", request.kv_cache_memory_bytes, "given",
                            "--kv-cache-memory-bytes: vLLM skips its memory profile and uses exactly this")]
     utilization = request.gpu_memory_utilization or mem["gpu_memory_utilization"]
-    seqs = request.max_num_seqs or mem["max_num_seqs"]
+    seqs = max_num_seqs(request, hardware)
     tokens = batched_tokens(request, hardware)
     if hardware.runtime_memory_gib:  # what vLLM multiplies: the runtime's total, not the datasheet's
         device, device_text = hardware.runtime_memory_gib * GIB, (f"{hardware.runtime_memory_gib:g} GiB device memory "
@@ -377,27 +387,47 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     shape = inventory.shape
     kv_name = request.kv_cache_dtype
     traffic_kv = compute_traffic(inventory, Scenario(kv_cache_dtype=kv_name))
-    kv = kv_capacity(shape, kv_dtype_bytes=KV_DTYPE_BYTES[traffic_kv.kv_dtype],
-                     model_dtype_bytes=int(dtype_bytes(shape.dtype)),
-                     state_dtype_bytes=int(dtype_bytes(state_dtype(hardware, shape.state_dtype))),
-                     memory_bytes=int(budget),
-                     max_model_len=request.max_model_len,
-                     layout=platform_layout(hardware, mla=bool(config_int(text_config(inventory.config), "kv_lora_rank"))),
-                     block_size=request.block_size, prefix_caching=request.prefix_caching, tp=topology.tp,
-                     max_in_flight_tokens=_platform(hardware)["max_concurrent_batches"] * batched_tokens(request, hardware),
-                     stages=_stage_budgets(shape.num_layers, topology.pp, stage_weights, budget, weights, given))
+
+    def cache(max_model_len: int) -> KVCapacity:
+        return kv_capacity(
+            shape, kv_dtype_bytes=KV_DTYPE_BYTES[traffic_kv.kv_dtype], model_dtype_bytes=int(dtype_bytes(shape.dtype)),
+            state_dtype_bytes=int(dtype_bytes(state_dtype(hardware, shape.state_dtype))), memory_bytes=int(budget),
+            max_model_len=max_model_len,
+            layout=platform_layout(hardware, mla=bool(config_int(text_config(inventory.config), "kv_lora_rank"))),
+            block_size=request.block_size, prefix_caching=request.prefix_caching, tp=topology.tp,
+            max_in_flight_tokens=_platform(hardware)["max_concurrent_batches"] * batched_tokens(request, hardware),
+            stages=_stage_budgets(shape.num_layers, topology.pp, stage_weights, budget, weights, given))
+
+    kv = cache(request.max_model_len)
+    fitted_note = None
+    if request.auto_max_model_len and kv.num_blocks < kv.blocks_for(request.max_model_len):
+        # vLLM's auto-fit (--max-model-len auto / -1): the largest length one request of which the cache holds
+        low, high = 0, request.max_model_len
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if kv.blocks_for(mid) <= kv.num_blocks else (low, mid - 1)
+        if low < 1:
+            raise RooflineError("Cannot auto-fit max_model_len: not enough GPU memory available to serve even a "
+                                "single token. Try increasing `gpu_memory_utilization`.")
+        fitted_note = (f"--max-model-len auto: vLLM fits it to {low:,} tokens (the model's {request.max_model_len:,} "
+                       "do not fit the KV cache)")
+        if request.prompt_len + request.output_len > low:
+            raise RooflineError(f"--max-model-len auto fits {low:,} tokens: a request of --prompt-len "
+                                f"{request.prompt_len} + --output-len {request.output_len} does not fit it")
+        request = replace(request, max_model_len=low)
+        kv = cache(low)
     if kv.num_blocks < kv.blocks_for(request.max_model_len):
         # vLLM's own start-up check (check_enough_kv_cache_memory / "No available memory for the cache blocks")
         raise RooflineError(f"vLLM refuses to start: {budget / GIB:,.3g} GiB of KV cache hold {kv.num_blocks} blocks, "
                             f"fewer than the {kv.blocks_for(request.max_model_len)} one request of --max-model-len "
                             f"{request.max_model_len} needs; give the KV cache more memory or lower --max-model-len")
     per_request_blocks = kv.blocks_for(request.prompt_len + request.output_len)
-    max_seqs = request.max_num_seqs or _table()["memory"]["max_num_seqs"]
+    max_seqs = max_num_seqs(request, hardware)
     fit = min(kv.num_blocks // per_request_blocks, max_seqs) * topology.dp  # each replica its own cache and cap
     curve, knee, one = decode_curve(inventory, hardware, request.concurrency, context, kv_name, request.routing, fit,
                                     parallel)
     ttft = prefill_s(one, request.prompt_len)
-    notes = list(kv.notes)
+    notes = list(kv.notes) + ([fitted_note] if fitted_note else [])
     if hardware.host == "cpu":
         notes.append("CPU host: no launch floor modelled")
     if not hardware.tensor_tflops:

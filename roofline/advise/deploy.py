@@ -98,7 +98,8 @@ def capacity_request(deployment: Deployment, inventory: Inventory, hardware: Har
     deployed = deployed_inventory(inventory, deployment) if not (deployment.speculative and
                                                                   deployment.speculative.reads_draft_checkpoint) \
         else inventory
-    return Request(max_model_len=max_model_len, kv_cache_dtype=deployment.kv_cache_dtype,
+    return Request(max_model_len=max_model_len, auto_max_model_len=deployment.auto_max_model_len,
+                   kv_cache_dtype=deployment.kv_cache_dtype,
                    gpu_memory_utilization=deployment.gpu_memory_utilization,
                    kv_cache_memory_bytes=deployment.kv_cache_memory_bytes,
                    cpu_kvcache_space_gib=deployment.cpu_kvcache_space_gib, max_num_seqs=deployment.max_num_seqs,

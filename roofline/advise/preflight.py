@@ -13,6 +13,7 @@ from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
 from roofline.predict.deployment import Deployment, flags, step_config
 from roofline.predict.hardware import Hardware
+from roofline.predict.scheduler_config import scheduler_settings
 from roofline.predict.speculation import break_even, vllm_acceptance_rate
 from roofline.predict.step import price_step
 from roofline.predict.traffic import Scenario
@@ -21,7 +22,6 @@ from .capacity import Capacity, CurvePoint, capacity
 from .deploy import capacity_request, deployed_inventory, vllm_refusals
 
 SCHEMA = "roofline.preflight/1"
-DEFAULT_MAX_NUM_SEQS = 256  # vLLM's (data/serving.toml [memory] max_num_seqs)
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,7 @@ class Preflight:
                    "vllm_acceptance_rate": vllm_acceptance_rate(self.workload.acceptance_rate,
                                                                 self.deployment.speculative_tokens)
                    if self.deployment.speculative else None},
+               "scheduler": scheduler_settings(self.deployment, self.hardware).to_json(),
                "starts": self.starts, "refusals": list(self.refusals), "error": self.error, "figures": figures,
                "effects": [e.to_json(figures) for e in self.effects] if figures else [],
                "break_even_acceptance": self.break_even_acceptance}
@@ -113,7 +114,7 @@ class Preflight:
 def _price(inventory: Inventory, deployment: Deployment, hardware: Hardware, workload: Workload,
            draft: Inventory | None) -> Priced:
     deployed = deployed_inventory(inventory, deployment, draft)
-    streams = deployment.max_num_seqs or DEFAULT_MAX_NUM_SEQS
+    streams = scheduler_settings(deployment, hardware).max_num_seqs
     request = capacity_request(deployment, inventory, hardware, workload.acceptance_rate, levels=(1, streams),
                                prompt_len=workload.prompt_len, output_len=workload.output_len,
                                routing=workload.routing)

@@ -18,12 +18,14 @@ from roofline.model.inventory import Inventory
 from roofline.predict.deployment import Deployment
 from roofline.predict.hardware import Hardware
 from roofline.predict.step import price_step
+from roofline.predict.verdict import impossible
 
 from .deploy import priced
 
 # the share of the bandwidth searched: below the lower end no engine decodes (a fit there means the files
 # measured something else than decode); the upper end is the device's whole datasheet bandwidth
 LOWEST, HIGHEST = 0.05, 1.0
+MAX_LEVELS = 1024  # measured levels one fit takes (every file together)
 # a fit whose own points are priced worse than this (mean |error|) says the step model does not describe
 # the files' stack: refused rather than saved
 MAX_IN_SAMPLE_ERROR = 0.35
@@ -79,12 +81,16 @@ def _pricer(inventories: dict[str, Inventory], hardware: Hardware, deployment: D
     configs: dict = {}
 
     def predict(point: ResultPoint, efficiency: float) -> float:
+        return step_of(point).per_stream_tok_s_at(efficiency)
+
+    def step_of(point: ResultPoint):
         key = (point.model, point.streams, point.context)
-        if key not in configs:
-            configs[key] = priced(inventories[point.model], deployment, hardware, batch=point.streams,
-                                  context=point.context, acceptance_rate=acceptance)
-        deployed, config = configs[key]
-        return price_step(deployed, replace(hardware, efficiency=efficiency), config).per_stream_tok_s
+        if key not in configs:  # priced once; each efficiency re-times its bytes (StepTime.per_stream_tok_s_at)
+            deployed, config = priced(inventories[point.model], deployment, hardware, batch=point.streams,
+                                      context=point.context, acceptance_rate=acceptance)
+            configs[key] = price_step(deployed, hardware, config)
+        return configs[key]
+    predict.step_of = step_of
     return predict
 
 
@@ -114,7 +120,17 @@ def fit_results(points: list[ResultPoint], inventories: dict[str, Inventory], ha
                 deployment: Deployment, acceptance: float) -> ResultFit:
     if not points:
         raise RooflineError("--from-results: no measured level in the files")
+    if len(points) > MAX_LEVELS:
+        raise RooflineError(f"--from-results: {len(points):,} measured levels; a fit takes at most {MAX_LEVELS} "
+                            "(a bench sweep has tens)")
     predict = _pricer(inventories, hardware, deployment, acceptance)
+    for point in points:  # one check of a measurement, as validate and doctor check theirs
+        step = predict.step_of(point)
+        drafts = step.config.speculative_tokens
+        refused = impossible(point.per_stream_tok_s, step.ceiling_tok_s / point.streams, drafts)
+        if refused:
+            raise RooflineError(f"--from-results {point.source}: {point.streams} stream(s) at {point.context:,} "
+                                f"tokens: {refused}; nothing fitted")
     efficiency = _best_efficiency(points, predict)
     fit = ResultFit(hardware, efficiency, points, [predict(p, efficiency) for p in points])
     models = sorted({p.model for p in points})

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
@@ -56,8 +57,9 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
     from roofline.predict.hardware import get_hardware
     from roofline.render.doctor import doctor_json, render_doctor
 
-    if not url and not capture_path:
-        raise click.UsageError("give --url (the server's API base, e.g. http://127.0.0.1:8000/v1) or --capture FILE")
+    if not url and not capture_path and not (bench_json and model):
+        raise click.UsageError("give --url (the server's API base, e.g. http://127.0.0.1:8000/v1), --capture FILE, "
+                               "or MODEL with --bench-json FILE")
     if bench_json and no_bench:
         raise click.UsageError("--bench-json is a measurement: it does not go with --no-bench")
     saved = None
@@ -88,6 +90,16 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
                   graphs_off_by="cudagraph_mode" if obs.engine and not obs.engine.get("enforce_eager") else
                   "enforce_eager")
     diagnosis = diagnose(obs.inventory, hardware, obs.serving, measured, ctx)
+    if measured is not None:  # the one check of a measurement validate and calibrate make too
+        from roofline.predict.verdict import impossible
+
+        refused = impossible(measured, diagnosis.ceiling_tok_s, obs.serving.speculative_tokens)
+        if refused and saved is not None:
+            raise RooflineError(f"--bench-json {bench_json}: {refused}")
+        if refused:  # a server whose tokens outrun the model it names: the diagnosis goes on without them
+            obs.problems.append(f"the bench: {refused}; diagnosed without a measurement")
+            obs.bench, measured = None, None
+            diagnosis = diagnose(obs.inventory, hardware, obs.serving, None, ctx)
     changed = None
     if changes.spelled:
         from roofline.advise.doctor import what_if
@@ -110,7 +122,8 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
     for line in obs.problems:
         echo(f"partial: {line}", err=True)
     if changed is not None and changed.refusals:
-        raise click.exceptions.Exit(1)
+        first = changed.refusals[0] + (f" (and {len(changed.refusals) - 1} more)" if len(changed.refusals) > 1 else "")
+        raise RooflineError(f"what if {'  '.join(given for _, given in changes.spelled)}: vLLM refuses it: {first}")
     if obs.problems:
         raise click.exceptions.Exit(3)
 

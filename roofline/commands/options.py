@@ -71,7 +71,7 @@ def deployment_options(func=None, *, skip: tuple[str, ...] = ()):
             click.option("--acceptance-rate", type=types.ACCEPTANCE, default=None,
                          help="Speculation's acceptance as vLLM reports it: accepted / drafted tokens "
                               "(vllm:spec_decode_num_accepted_tokens / num_draft_tokens) [default: 0.5]."),
-            click.option("--mean-acceptance-length", type=types.Number(1, 65), default=None,
+            click.option("--mean-acceptance-length", type=types.MEAN_ACCEPTANCE_LENGTH, default=None,
                          help="Or vLLM's mean acceptance length: 1 + accepted tokens per draft."),
         ]
         for option in reversed(options):

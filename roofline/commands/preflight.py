@@ -27,7 +27,7 @@ from .output import echo, print_json
               help="Generated tokens of a request.")
 @click.option("--acceptance-rate", type=types.ACCEPTANCE, default=None,
               help="Speculation's acceptance as vLLM reports it: accepted / drafted tokens [default: 0.5].")
-@click.option("--mean-acceptance-length", type=types.Number(1, 65), default=None,
+@click.option("--mean-acceptance-length", type=types.MEAN_ACCEPTANCE_LENGTH, default=None,
               help="Or vLLM's mean acceptance length: 1 + accepted tokens per draft.")
 @routing_option
 @click.option("--env", "env_assignments", multiple=True, metavar="KEY=VALUE",
@@ -58,7 +58,7 @@ def command(serve_line, recipe_path, overrides, hardware_name, bandwidth, prompt
     if recipe_path:
         from roofline.sources.recipe import read_recipe
 
-        recipe = read_recipe(recipe_path, parse_env_assignments(overrides), extra_args=words)
+        recipe = read_recipe(recipe_path, parse_env_assignments(overrides, "--set"), extra_args=words)
         env = dict(recipe.env)
         line = recipe.serve_line
     else:

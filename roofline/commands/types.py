@@ -7,7 +7,8 @@ import math
 import click
 
 from roofline.errors import RooflineError
-from roofline.predict.traffic import BATCH_LIMIT, CONTEXT_LIMIT, DRAFT_TOKENS_LIMIT, KV_SPELLINGS
+from roofline.predict.arguments import RANGES
+from roofline.predict.traffic import KV_SPELLINGS
 
 
 class Number(click.ParamType):
@@ -111,13 +112,25 @@ def parse_int_list(text: str | None, option: str, low: int, high: int) -> tuple[
     return tuple(values)
 
 
+def ranged(name: str):
+    """The option type of one of the tool's ranges (predict/arguments.py RANGES, which the Python API's
+    schema is made from too)."""
+    r = RANGES[name]
+    if r.integer:
+        return Tokens(int(r.low), int(r.high)) if name in ("context", "prompt_tokens") else count(int(r.low), int(r.high))
+    return Number(r.low, r.high, low_open=r.low_open)
+
+
 # The ranges, in one place. Each bound is far beyond any real use, so that only nonsense is refused.
-BANDWIDTH_GBPS = positive(100_000)  # the fastest HBM parts are ~10-20 TB/s
+BANDWIDTH_GBPS = ranged("bandwidth_gbps")
 # a scenario's bounds are the step model's own, so an option and a value read from a file agree
-CONTEXT_TOKENS = Tokens(1, CONTEXT_LIMIT)  # 16M tokens
-SEQUENCES = count(1, BATCH_LIMIT)  # batch / concurrency
-DRAFT_TOKENS = count(0, DRAFT_TOKENS_LIMIT)
-ACCEPTANCE = fraction()
+CONTEXT_TOKENS = ranged("context")
+SEQUENCES = ranged("sequences")  # batch / concurrency
+DRAFT_TOKENS = ranged("draft_tokens")
+ACCEPTANCE = ranged("acceptance")
+MEAN_ACCEPTANCE_LENGTH = ranged("mean_acceptance_length")
+REQUEST_RATE = ranged("request_rate")
+REQUESTS = ranged("requests")
 MEMORY_GB = positive(1_000_000)
 TP_RANKS = count(1, 1024)
 BOXES = count(1, 64)  # boxes joined by a network (scale-out)
@@ -125,16 +138,16 @@ DEVICES_PER_BOX = count(1, 16)  # GPUs in one box (an HGX board: 8)
 ROWS = count(1, 100_000)
 LAYERS = count(1, 100_000)
 LAUNCH_US = positive(1_000_000)
-SECONDS = positive(7 * 24 * 3600)
+SECONDS = ranged("seconds")
 DECODE_TOKENS = Tokens(2, 1 << 24)  # decode speed needs two token arrivals
 RUNS = count(1, 100_000)
 WARMUP = count(0, 100_000)
 BUFFER_MIB = positive(1 << 20)
 THREADS = count(1, 4096)
 EFFICIENCY = fraction(low_open=True)
-TOK_S = positive(1e9)
+TOK_S = ranged("tok_s")
 MEMORY_BYTES = count(1, 1 << 50)  # 1 PiB
 BLOCK_TOKENS = count(1, 1 << 16)
-PROMPT_TOKENS = Tokens(1, 1 << 24)
+PROMPT_TOKENS = ranged("prompt_tokens")
 BATCHED_TOKENS = Tokens(1, 1 << 24)
 KV_CACHE_DTYPE = KvCacheDtype()

@@ -7,6 +7,7 @@ import click
 from click.core import ParameterSource
 
 from roofline.errors import RooflineError
+from roofline.predict.verdict import impossible
 
 from . import types
 from .output import echo, print_json
@@ -23,8 +24,6 @@ def _scenario_params() -> tuple[str, ...]:
             "mean_acceptance_length", "env_assignments", *(f.field for f in flags()))
 
 
-# a measurement above the ceiling by more than this (after speculation's best case) is not a decode speed
-IMPOSSIBLE_ABOVE = 1.5
 
 @click.command(name="validate")
 @click.argument("model", required=False)
@@ -125,12 +124,9 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
 
     result = validate(audit, measured_tok_s)
     drafts = int((audit.get("scenario") or {}).get("speculative_tokens") or 0)
-    if measured_tok_s > result.ceiling_tok_s * (1 + drafts) * IMPOSSIBLE_ABOVE:
-        # even every draft token accepted cannot read the weights fewer times than this
-        raise RooflineError(
-            f"measured {measured_tok_s:g} tok/s is {measured_tok_s / result.ceiling_tok_s:.1f}x the ceiling of "
-            f"{result.ceiling_tok_s:.1f} tok/s{f' with {drafts} draft tokens all accepted' if drafts else ''}: no "
-            "engine decodes that fast on this device; a figure of several streams is their sum (give --batch)")
+    refused = impossible(measured_tok_s, result.ceiling_tok_s, drafts)
+    if refused:  # even every draft token accepted cannot read the weights fewer times than this
+        raise RooflineError(refused + " (give --batch)")
     curve, knee = None, None
     if bench is not None and bench.get("sweep") and not audit_json:
         curve, knee = _curve(inventory, hardware, scenario, bench)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from roofline.audit import load_inventory
 from roofline.errors import RooflineError, UsageMissing
 from roofline.model.inventory import Inventory
+from roofline.predict.deployment import NO_WEIGHT_METHODS
 from roofline.predict.serving import Serving, backend_in_use, backend_of
 from roofline.predict.speculation import per_token_from_accepted
 from roofline.predict.topology import tp_refusal
@@ -146,6 +147,9 @@ def observe(*, url: str | None, served_model: str | None, model: str | None, cap
 
 # A counter that moved more than this over one bench window did not count this bench's tokens
 COUNTER_LIMIT = 2**53
+# vLLM's bytes estimate per generated token against the weights the model holds: a bench's prefill steps and
+# long contexts add to it, a MoE's routing takes from it, but never by this factor either way
+BELIEVABLE_READ_FACTOR = 20.0
 
 
 def _counter_delta(obs: Observation, before: Metrics | None, after: Metrics | None, key: str) -> float | None:
@@ -184,12 +188,37 @@ def _counters(obs: Observation, before: Metrics | None, after: Metrics | None) -
             obs.counters[key] = int(value)
     read = _counter_delta(obs, before, after, "estimated_read_bytes")
     if read is not None and generated:
-        obs.counters["vllm_estimated_read_bytes_per_token"] = read / generated
+        per_token = read / generated
+        # a decode step reads at most every weight the model holds and every sequence's KV: vLLM's estimate
+        # (one byte size per quantization method, no ignore lists) strays from that by tens of percent, never
+        # by BELIEVABLE_READ_FACTOR; a counter that does was not written by vLLM's estimate of this model
+        held = obs.inventory.weight_bytes
+        if held > 0 and not held / BELIEVABLE_READ_FACTOR <= per_token <= held * BELIEVABLE_READ_FACTOR:
+            obs.problems.append(f"/metrics vllm:estimated_read_bytes says {per_token:.4g} bytes per generated token, "
+                                f"{per_token / held:.3g}x the {held:.4g} bytes of weights the model holds: not "
+                                "believable as vLLM's estimate of this model; left out")
+        else:
+            obs.counters["vllm_estimated_read_bytes_per_token"] = per_token
     elif obs.facts and obs.facts.metrics is not None and obs.facts.metrics.total("estimated_read_bytes") is None:
         obs.unseen.append("vLLM's own bytes estimate (start the server with --enable-mfu-metrics)")
     running = after.total("running") if after is not None else None
     if running and math.isfinite(running) and 0 < running < COUNTER_LIMIT:
         obs.notes.append(f"{int(running)} request(s) still running on the server after the bench: other load")
+
+
+def _priced_drafter(method, has_mtp: bool) -> tuple[str, str | None]:
+    """(the method the step prices, what could not be seen) of a server that speculates: its own MTP head
+    where the capture says mtp, or shows no method and the model has one; else a drafter that reads no weights
+    (an n-gram), said so, since a draft checkpoint this server reads is not known here."""
+    mtp = method is not None and str(method).endswith("mtp")
+    if has_mtp and (mtp or method is None):
+        return "mtp", None if method else ("speculative method (the counters show drafts, not what drafts them; "
+                                           "priced as the model's own MTP head)")
+    if method in NO_WEIGHT_METHODS:
+        return str(method), None
+    seen = f"method {method}" if method else "the counters show drafts, not what drafts them"
+    return "ngram", (f"the drafter ({seen}; the model has no MTP head, and no draft checkpoint is read here): "
+                     "priced as a drafter that reads no weights, an n-gram's; a draft model reads more")
 
 
 def _serving(obs: Observation, context: int) -> None:
@@ -251,8 +280,12 @@ def _serving(obs: Observation, context: int) -> None:
         obs.problems.append(f"{spec_tokens} draft tokens per step is not a speculative config vLLM runs; "
                             "speculation left out of the prediction")
         spec_tokens = 0
+    priced_method = "mtp"
     if spec_tokens:
         method = (spec or {}).get("method")
+        priced_method, why = _priced_drafter(method, any(m.role == "mtp" for m in obs.inventory.modules))
+        if why:
+            obs.unseen.append(why)
         rate = accepted / draft_tokens if draft_tokens else None
         obs.speculative = {"method": method, "num_draft": spec_tokens, "acceptance_rate": rate}
         if drafts:
@@ -264,6 +297,7 @@ def _serving(obs: Observation, context: int) -> None:
             acceptance = 0.7
             obs.unseen.append("speculative acceptance (no drafts counted during the bench; assumed 0.7 per token)")
     obs.serving = Serving(kv_cache_dtype=kv or "auto", context=context, speculative_tokens=spec_tokens,
+                          speculative_method=priced_method,
                           acceptance=acceptance, graphs=graphs if graphs is not None else True, tp=tp,
                           backend=backend)
     evidence["inventory"] = obs.inventory_source

@@ -197,13 +197,41 @@ class SavedStream:
     notes: tuple[str, ...] = ()
 
 
+# the user's fields behind each field of the converted record, per tool: an error names what the user wrote
+USER_FIELDS = {
+    "vllm bench serve": {"decode_tok_s": "median_tpot_ms", "sweep": "median_tpot_ms",
+                         "mean_context": "total_input_tokens / total_output_tokens",
+                         "prompt_tokens": "total_input_tokens", "completion_tokens": "total_output_tokens",
+                         "concurrency": "max_concurrency"},
+    "guidellm": {"decode_tok_s": "metrics.inter_token_latency_ms.successful.median",
+                 "sweep": "metrics.inter_token_latency_ms.successful.median",
+                 "concurrency": "metrics.request_concurrency.successful.mean",
+                 "mean_context": "metrics.prompt_token_count / output_token_count",
+                 "prompt_tokens": "metrics.prompt_token_count", "completion_tokens": "metrics.output_token_count"},
+    "llama-benchy": {"decode_tok_s": "benchmarks[].tg_req_throughput.mean",
+                     "sweep": "benchmarks[].tg_req_throughput.mean", "concurrency": "benchmarks[].concurrency",
+                     "mean_context": "benchmarks[].context_size / prompt_size / response_size",
+                     "prompt_tokens": "benchmarks[].prompt_size", "completion_tokens": "benchmarks[].response_size"},
+}
+
+
 def checked_measurement(data, where: str) -> tuple[dict, str | None]:
     """`measurement_from`, then checked as any bench result (live/bench.check_bench_file): what validate,
-    doctor and calibrate read of a file."""
+    doctor and calibrate read of a file. A converted file's error names the tool's own field."""
     from .bench import check_bench_file
 
     converted, tool = measurement_from(data, where)
-    return check_bench_file(converted, where), tool
+    if tool is None:
+        return check_bench_file(converted, where), tool
+    try:
+        return check_bench_file(converted, where), tool
+    except RooflineError as exc:
+        text = str(exc)
+        for converted_field, user_field in USER_FIELDS.get(tool, {}).items():
+            if f"$.{converted_field}" in text:
+                raise RooflineError(f"{where}: {tool}'s {user_field} gives a figure out of range "
+                                    f"({text.split(': ', 1)[-1].split(' - at ')[0]})") from None
+        raise
 
 
 def single_stream(data, where: str) -> SavedStream:

@@ -20,41 +20,42 @@ from typing import Iterable, Mapping
 from roofline.data import load_table
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
+from roofline.untrusted import printable, redact_args, secret_flags
 
 from .backends import Backend, backends, backends_for, backend_named, default_backend
 from .hardware import Hardware
 from .topology import Topology, refusal
 from .traffic import KV_SPELLINGS
 
-# vLLM's speculative methods, as SpeculativeConfig normalises them: a model's own MTP head under any
-# of its names is "mtp" (vllm/config/speculative.py: deepseek_mtp, qwen3_next_mtp, ... -> mtp)
-MTP_METHODS = {"mtp", "deepseek_mtp", "mimo_mtp", "glm4_moe_mtp", "ernie_mtp", "qwen3_next_mtp", "qwen3_5_mtp",
-               "longcat_flash_mtp", "pangu_ultra_moe_mtp", "nemotron_h_mtp", "openpangu_mtp", "step3p5_mtp"}
-DRAFT_METHODS = {"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator"}  # a draft checkpoint of its own
-NO_WEIGHT_METHODS = {"ngram", "suffix"}  # drafted on the host from the text: no weights read
-SPECULATIVE_KEYS = {"method", "num_speculative_tokens", "model", "draft_tensor_parallel_size",
-                    "prompt_lookup_max", "prompt_lookup_min", "disable_by_batch_size", "quantization",
-                    "max_model_len", "revision", "code_revision", "disable_padded_drafter_batch",
-                    "speculative_token_tree", "parallel_drafting", "enforce_eager", "rejection_sample_method",
-                    "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
-                    "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "draft_model_config",
-                    "disable_logprobs", "disable_log_stats", "acceptance_rate", "mean_acceptance_length"}
+def _mechanisms() -> dict[str, frozenset[str]]:
+    table = load_table("vllm_args")["speculative"]["mechanism"]
+    return {kind: frozenset(names) for kind, names in table.items() if isinstance(names, list)}
+
+
+# vLLM's speculative methods by what they draft with (data/vllm_args.toml [speculative.mechanism]); every
+# model-specific MTP name (deepseek_mtp, qwen3_next_mtp, ...) is "mtp", as SpeculativeConfig normalises it
+DRAFT_METHODS = _mechanisms()["draft"]  # a draft checkpoint of its own
+NO_WEIGHT_METHODS = _mechanisms()["no_weights"]  # drafted on the host from the text: no weights read
 
 
 @dataclass(frozen=True)
 class Speculation:
     """--speculative-config as vLLM reads it."""
 
-    method: str  # mtp | eagle | eagle3 | draft_model | ngram | suffix | medusa | mlp_speculator
+    method: str  # mtp | eagle | eagle3 | draft_model | ngram | suffix | medusa | mlp_speculator | ...
     tokens: int  # num_speculative_tokens
     model: str | None = None  # the draft checkpoint (eagle / draft_model)
+    fields: tuple[tuple[str, object], ...] = ()  # every other SpeculativeConfig field given, checked
 
     @property
     def reads_draft_checkpoint(self) -> bool:
         return self.method in DRAFT_METHODS
 
+    def get(self, name: str, default=None):
+        return dict(self.fields).get(name, default)
+
     def to_json(self) -> dict:
-        return {"method": self.method, "num_speculative_tokens": self.tokens, "model": self.model}
+        return {"method": self.method, "num_speculative_tokens": self.tokens, "model": self.model} | dict(self.fields)
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,17 @@ class Deployment:
     dp: int = 1
     expert_parallel: bool = False
     max_model_len: int | None = None
+    auto_max_model_len: bool = False  # --max-model-len auto / -1: the model's limit, fitted to the KV cache
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: int | None = None
     block_size: int | None = None
     prefix_caching: bool | None = None
+    chunked_prefill: bool | None = None
+    async_scheduling: bool | None = None
+    long_prefill_token_threshold: int | None = None
+    max_num_active_seqs: int | None = None
     fp8_marlin: bool = False  # VLLM_TEST_FORCE_FP8_MARLIN=1
     cpu_kvcache_space_gib: int | None = None  # VLLM_CPU_KVCACHE_SPACE
     # what the line said, in its own spelling, per field: {"enforce_eager": "--enforce-eager", ...}
@@ -103,6 +109,8 @@ class Deployment:
         values = {name: getattr(default, name)}
         if name == "speculative":
             values["speculative"] = None
+        if name == "max_model_len":
+            values["auto_max_model_len"] = False
         return replace(self, **values, spelled=tuple((k, v) for k, v in self.spelled if k != name))
 
     def to_json(self) -> dict:
@@ -195,16 +203,20 @@ def convert(flag: Flag, raw, spelled: str | None = None):
     if raw is None:
         raise RooflineError(f"{where}: needs a value")
     text = str(raw).strip()
-    if kind in ("int", "tokens"):
-        number = human_readable_int(where, text) if kind == "tokens" else _whole(where, text)
+    if kind == "tokens_or_auto" and (text == "-1" or text.lower() == "auto"):
+        return AUTO_MAX_MODEL_LEN
+    if kind in ("int", "tokens", "tokens_or_auto"):
+        number = _whole(where, text) if kind == "int" else human_readable_int(where, text)
         return _bounded(flag, where, number)
     if kind == "float":
+        if len(text) > 64:
+            raise RooflineError(f"{where}: {_shown(text)} is not a number vLLM takes")
         try:
             number = float(text)
         except ValueError:
-            raise RooflineError(f"{where}: {text!r} is not a number") from None
+            raise RooflineError(f"{where}: {_shown(text)} is not a number") from None
         if not math.isfinite(number):
-            raise RooflineError(f"{where}: {text!r} is not a finite number")
+            raise RooflineError(f"{where}: {_shown(text)} is not a finite number")
         return _bounded(flag, where, number)
     if kind == "kv_dtype":
         resolved = KV_SPELLINGS.get(text.lower())
@@ -239,13 +251,28 @@ def _boolean(where: str, raw) -> bool:
     raise RooflineError(f"{where}: {raw!r} is not true or false")
 
 
+AUTO_MAX_MODEL_LEN = -1  # --max-model-len auto / -1: the model's own limit, fitted to the KV cache (vLLM's auto-fit)
+
+# the longest whole number read from a flag, a recipe or an environment: 10^18 is beyond every count,
+# length and byte size vLLM takes, and a cap keeps 400- or 5000-digit strings out of int() and float()
+MAX_DIGITS = 18
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
 def _whole(where: str, text: str) -> int:
-    if not re.fullmatch(r"[+]?\d+", text):
-        raise RooflineError(f"{where}: {text!r} is not a whole number")
+    """A whole number as written on a command line: ASCII digits only (str.isdigit takes '²' and int()
+    then fails), at most MAX_DIGITS of them."""
+    if not re.fullmatch(r"[+]?[0-9]+", text, re.ASCII):
+        raise RooflineError(f"{where}: {_shown(text)} is not a whole number")
+    if len(text.lstrip("+").lstrip("0")) > MAX_DIGITS:
+        raise RooflineError(f"{where}: {_shown(text)} is larger than any value vLLM takes")
     return int(text)
 
 
-TOKEN_SUFFIX = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+TOKEN_SUFFIX = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgGtT])", re.ASCII)
 
 
 def human_readable_int(where: str, text: str) -> int:
@@ -254,6 +281,8 @@ def human_readable_int(where: str, text: str) -> int:
     if not found:
         return _whole(where, text)
     number, suffix = found.groups()
+    if len(number.split(".")[0].lstrip("0")) > MAX_DIGITS or len(number) > 2 * MAX_DIGITS:
+        raise RooflineError(f"{where}: {_shown(text)} is larger than any value vLLM takes")
     if suffix.isupper():
         if "." in number:
             raise RooflineError(f"{where}: {text!r}: no decimals with a binary suffix")
@@ -271,9 +300,17 @@ def _bounded(flag: Flag, where: str, number):
     return number
 
 
+MAX_DRAFT_TOKENS = 1024  # num_speculative_tokens: vLLM bounds it below only (gt=0); no drafter proposes more
+
+
 def speculation_from_json(text: str, where: str = "--speculative-config") -> Speculation:
-    """--speculative-config as vLLM takes it: a JSON object with method and num_speculative_tokens
-    (a draft `model` for eagle / draft_model); vLLM's own model-specific MTP names are "mtp"."""
+    """--speculative-config as vLLM 0.32 takes it: a JSON object of SpeculativeConfig's fields, each checked
+    against its type and bounds (predict/speculation_config.py; an unknown key is refused, as vLLM's
+    extra='forbid' refuses it), the method inferred and normalised as vLLM's __post_init__ does."""
+    from .speculation_config import checked_fields
+
+    if len(text) > 64 << 10:
+        raise RooflineError(f"{where}: {len(text):,} characters is not a speculative config")
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
@@ -281,28 +318,54 @@ def speculation_from_json(text: str, where: str = "--speculative-config") -> Spe
     if not isinstance(value, dict):
         raise RooflineError(f"{where}: give a JSON object such as "
                             "'{\"method\": \"mtp\", \"num_speculative_tokens\": 2}'")
-    unknown = sorted(set(value) - SPECULATIVE_KEYS)
-    if unknown:
-        raise RooflineError(f"{where}: unknown key {unknown[0]!r} (vLLM's SpeculativeConfig has no such field)")
-    method, model = value.get("method"), value.get("model")
-    if model is not None and not isinstance(model, str):
-        raise RooflineError(f"{where}: model must be a string (a hub id or a folder)")
+    fields = checked_fields(value, where)
+    method, model = fields.pop("method", None), fields.pop("model", None)
+    tokens = fields.pop("num_speculative_tokens", None)
+    mechanisms = _mechanisms()
     if method is None:  # vLLM infers the method from the draft model's name, else a draft model
-        method = "ngram" if model in ("ngram", "[ngram]") else "draft_model" if model else None
-    if not isinstance(method, str):
-        raise RooflineError(f"{where}: give a method (mtp, eagle, eagle3, ngram, draft_model)")
-    method = method.lower()
-    if method in MTP_METHODS:
-        method = "mtp"
-    elif method not in DRAFT_METHODS | NO_WEIGHT_METHODS:
-        known = sorted({"mtp"} | DRAFT_METHODS | NO_WEIGHT_METHODS)
-        raise RooflineError(f"{where}: method {method!r} is not one vLLM knows ({', '.join(known)})")
-    tokens = value.get("num_speculative_tokens")
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 64:
-        raise RooflineError(f"{where}: num_speculative_tokens must be a whole number from 1 to 64")
-    if method in DRAFT_METHODS and not model:
-        raise RooflineError(f"{where}: method {method} needs the draft checkpoint as \"model\"")
-    return Speculation(method, tokens, model if method in DRAFT_METHODS else None)
+        method = "custom_class" if model and _custom_proposer(model) else \
+            "ngram" if model in ("ngram", "[ngram]") else "draft_model"
+    if method.endswith(load_table("vllm_args")["speculative"]["mechanism"]["mtp_suffix"]):
+        method = "mtp"  # vLLM: "method `X_mtp` is deprecated and replaced with mtp"
+    if method in mechanisms["unpriced"]:
+        raise RooflineError(f"{where}: method {method}: vLLM takes it, roofline does not price it (it prices "
+                            "mtp, eagle / eagle3 / draft_model, ngram / suffix)")
+    if model is None and tokens is not None and method in mechanisms["draft"]:
+        raise RooflineError(f"{where}: num_speculative_tokens was provided but without speculative model.")
+    if tokens is None:
+        raise RooflineError(f"{where}: give num_speculative_tokens (vLLM takes an MTP checkpoint's "
+                            "num_nextn_predict_layers when it is absent; roofline prices the number stated)")
+    if tokens > MAX_DRAFT_TOKENS:
+        raise RooflineError(f"{where}: num_speculative_tokens {tokens} is more than any drafter proposes "
+                            f"(at most {MAX_DRAFT_TOKENS})")
+    if method in ("ngram", "ngram_gpu"):
+        low, high = fields.get("prompt_lookup_min"), fields.get("prompt_lookup_max")
+        low, high = low or high or 5, high or low or 5
+        if low > high:
+            raise RooflineError(f"{where}: prompt_lookup_min={low} must be <= prompt_lookup_max={high}")
+    if method == "suffix":
+        _suffix_bounds(fields, where)
+    return Speculation(method, tokens, model if method in mechanisms["draft"] else None,
+                       tuple(sorted(fields.items())))
+
+
+def _custom_proposer(model: str) -> bool:
+    """vLLM's SpeculativeConfig._is_custom_proposer_path: a dotted import path, not a URL or a hub id."""
+    if model.startswith(("http://", "https://", "file://")) or "/" in model:
+        return False
+    parts = model.split(".")
+    return len(parts) >= 2 and all(part.isidentifier() for part in parts)
+
+
+def _suffix_bounds(fields: dict, where: str) -> None:
+    """vLLM's SpeculativeConfig._validate_suffix_decoding."""
+    checks = (("suffix_decoding_max_tree_depth", lambda v: v >= 1, "must be >= 1"),
+              ("suffix_decoding_max_cached_requests", lambda v: v >= 0, "must be >= 0"),
+              ("suffix_decoding_max_spec_factor", lambda v: v >= 0, "must be >= 0"),
+              ("suffix_decoding_min_token_prob", lambda v: 0 <= v <= 1, "must be in [0, 1]"))
+    for name, ok, words in checks:
+        if name in fields and not ok(fields[name]):
+            raise RooflineError(f"{where}: {name}={fields[name]} {words}")
 
 
 # ----------------------------------------------------------------------------- building one
@@ -318,6 +381,10 @@ def from_values(values: Mapping[str, object], env: Mapping[str, str] | None = No
         if value is None or (value is False and known[name].value == "bool"):
             continue
         target = "speculative" if name == "speculative_config" else name
+        if name == "max_model_len" and value == AUTO_MAX_MODEL_LEN:
+            settings["auto_max_model_len"] = True
+            said.append(("max_model_len", (spelled or {}).get(name) or "--max-model-len auto"))
+            continue
         settings[target] = value
         said.append((target, (spelled or {}).get(name) or _describe(known[name], value)))
     env_settings, env_read = read_env(env or {})
@@ -388,7 +455,10 @@ def python_values(args: Mapping[str, object]) -> dict[str, object]:
             out[flag.field] = value
             continue
         if isinstance(value, dict):
-            value = json.dumps(value)
+            try:
+                value = json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError, RecursionError):
+                raise RooflineError(f"{name}: a dict of JSON values (strings, numbers, booleans, lists, dicts)") from None
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise RooflineError(f"{name}: {value!r} is not a value vLLM takes")
         out[flag.field] = convert(flag, str(value), name)
@@ -419,9 +489,9 @@ def read_env(env: Mapping[str, str]) -> tuple[dict, list[tuple[str, str]]]:
             continue
         value = str(raw).strip()
         if switch.sets == "cpu_kvcache_space_gib":
-            if not value.isdigit():
-                raise RooflineError(f"{switch.name}={value!r} is not a whole number of GiB")
-            settings[switch.sets] = int(value)
+            settings[switch.sets] = _whole(f"{switch.name}={_shown(value)}", value)
+            if not 0 < settings[switch.sets] <= 1 << 20:
+                raise RooflineError(f"{switch.name}={_shown(value)}: give a whole number of GiB from 1")
         else:
             wanted = {k.lower(): v for k, v in switch.values.items()}
             if value.lower() not in wanted:
@@ -435,13 +505,13 @@ def read_env(env: Mapping[str, str]) -> tuple[dict, list[tuple[str, str]]]:
     return settings, read
 
 
-def parse_env_assignments(items: Iterable[str]) -> dict[str, str]:
-    """`--env KEY=VALUE` (or assignments before a serve line) -> {KEY: VALUE}."""
+def parse_env_assignments(items: Iterable[str], option: str = "--env") -> dict[str, str]:
+    """`--env KEY=VALUE` (or `--set KEY=VALUE`, named by `option`) -> {KEY: VALUE}."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise RooflineError(f"--env {item!r}: give KEY=VALUE")
+            raise RooflineError(f"{option} {printable(item, 60)!r}: give KEY=VALUE")
         out[key] = value
     return out
 
@@ -453,13 +523,15 @@ def split_serve_line(words: list[str]) -> tuple[dict[str, str], list[str]]:
     """`[KEY=VALUE ...] (vllm serve MODEL | python -m vllm.entrypoints.openai.api_server) ARGS` ->
     (environment assignments, the arguments after the program, MODEL first when positional)."""
     env: dict[str, str] = {}
-    rest = list(words)
-    while rest and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", rest[0]):
-        key, _, value = rest.pop(0).partition("=")
-        env[key] = value
-    if rest and rest[0] == "env":  # `env K=V vllm serve ...`
-        rest.pop(0)
-        return (lambda more: ({**env, **more[0]}, more[1]))(split_serve_line(rest))
+    rest, start = list(words), 0
+    while start < len(rest):  # KEY=VALUE assignments, and `env` before them (`env K=V vllm serve ...`)
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", rest[start], re.S):
+            key, _, value = rest[start].partition("=")
+            env[key] = value
+        elif rest[start] != "env":
+            break
+        start += 1
+    rest = rest[start:]
     if len(rest) >= 2 and rest[0].rsplit("/", 1)[-1] == "vllm" and rest[1] == "serve":
         return env, rest[2:]
     if (len(rest) >= 3 and re.fullmatch(r"python[0-9.]*", rest[0].rsplit("/", 1)[-1]) and rest[1] == "-m"
@@ -479,12 +551,13 @@ def parse_serve_line(words: list[str] | str, env: Mapping[str, str] | None = Non
         except ValueError as exc:
             raise RooflineError(f"the serve line does not parse as a shell command: {exc}") from None
     line_env, args = split_serve_line(words)
+    args = redact_args(args)  # a credential's value never enters the Deployment (nor what it prints)
     env = {**(env or {}), **line_env}
     with_value, without_value = _ignored()
     by_spelling = _by_spelling()
     values: dict[str, object] = {}
     spelled: dict[str, str] = {}
-    model = None
+    model = flag_model = None  # vLLM's serve: a positional model_tag wins over --model
     not_modelled, ignored = [], []
     i = 0
     while i < len(args):
@@ -498,6 +571,14 @@ def parse_serve_line(words: list[str] | str, env: Mapping[str, str] | None = Non
         name, eq, inline = word.partition("=")
         if name.startswith("--") and "_" in name:
             name = name.replace("_", "-")  # vLLM's argparse takes --max_model_len as --max-model-len
+        nargs = secret_flags().get(name)
+        if nargs is not None:  # a credential (its values already ***): moves nothing priced
+            while not eq and i < len(args) and not args[i].startswith("-"):
+                i += 1
+                if nargs != "+":
+                    break
+            ignored.append(name)
+            continue
         if name.startswith(("-cc.", "--compilation-config.", "-O.")) or re.fullmatch(r"-O[0-3]", name):
             not_modelled.append(word)
             continue
@@ -514,7 +595,7 @@ def parse_serve_line(words: list[str] | str, env: Mapping[str, str] | None = Non
             i += 1
         if flag is None:
             if name == "--model":
-                model = value
+                flag_model = value
             elif name in with_value or name in without_value:
                 ignored.append(name)
             else:
@@ -522,6 +603,7 @@ def parse_serve_line(words: list[str] | str, env: Mapping[str, str] | None = Non
             continue
         values[flag.field] = convert(flag, value, name)
         spelled[flag.field] = name + (f" {value}" if value is not None else "")
+    model = model if model is not None else flag_model
     if model is None:
         raise RooflineError("the serve line names no model (`vllm serve MODEL` or --model MODEL)")
     deployment = from_values(values, env, spelled=spelled, model=model)
@@ -567,9 +649,13 @@ def refusals(deployment: Deployment, inventory: Inventory, hardware: Hardware,
         reason = _backend_refusal(fmt, name, kind, hardware)
         if reason:
             out.append(reason)
-    if deployment.max_model_len is not None:
-        from roofline.model.limits import max_positions
+    from roofline.model.limits import max_positions
 
+    from .scheduler_config import scheduler_refusals, scheduler_settings
+
+    out += scheduler_refusals(scheduler_settings(deployment, hardware),
+                              deployment.max_model_len or max_positions(inventory.config))
+    if deployment.max_model_len is not None:
         limit = max_positions(inventory.config)
         if limit is not None and deployment.max_model_len > limit:
             out.append(f"--max-model-len {deployment.max_model_len}: User-specified max_model_len "

@@ -11,6 +11,7 @@ from msgspec import Meta
 
 from roofline.data import load_table
 from roofline.errors import RooflineError, unknown
+from roofline.files import read_regular
 from roofline.schema import checked
 
 DEFAULT_HARDWARE = "gb10"
@@ -83,6 +84,9 @@ class Hardware:
 
 
 LINKS_KEY = "link"  # hardware.toml [link.*]: the interconnects, not devices
+
+
+MAX_HARDWARE_FILE_BYTES = 16 << 20  # a user file of calibrated entries is kilobytes
 
 
 def user_hardware_file() -> str:
@@ -170,16 +174,18 @@ def check_entries(table, where: str) -> dict[str, HardwareEntry]:
 
 def read_user_entries(path: str) -> dict:
     """The user hardware file as a table (not yet checked)."""
+    raw = read_regular(path, f"the user hardware file {path}", MAX_HARDWARE_FILE_BYTES)
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return tomllib.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise RooflineError(f"{path}: the user hardware file nests too deep") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise RooflineError(f"{path}: cannot read the user hardware file: {exc}") from None
 
 
 def _user_entries() -> tuple[str, dict[str, HardwareEntry]]:
     path = user_hardware_file()
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         return path, {}
     return path, check_entries(read_user_entries(path), path)
 

@@ -20,6 +20,7 @@ class Serving:
     kv_cache_dtype: str = "auto"  # the traffic model's spelling (traffic.KV_SPELLINGS values)
     context: int = 1024  # mean tokens in the KV cache over the measured decode
     speculative_tokens: int = 0
+    speculative_method: str = "mtp"  # as priced: mtp (the model's own head) or ngram (a drafter reading no weights)
     acceptance: float = 0.0  # per-draft-token chance (1 + a + ... + a^n tokens per step)
     graphs: bool = True  # CUDA graphs on (vLLM's default) or eager
     tp: int = 1
@@ -34,7 +35,8 @@ class Serving:
         """This server's configuration in vLLM's words: what the step model prices of it goes through
         the deployment's one StepConfig builder (predict/deployment.step_config), as every command's does."""
         return Deployment(kv_cache_dtype=self.kv_cache_dtype, enforce_eager=not self.graphs, tp=self.tp,
-                          speculative=Speculation("mtp", self.speculative_tokens) if self.speculative_tokens else None,
+                          speculative=Speculation(self.speculative_method, self.speculative_tokens)
+                          if self.speculative_tokens else None,
                           linear_backend=self.backend, moe_backend=self.backend)
 
     def placement(self, hardware: Hardware) -> Placement | None:

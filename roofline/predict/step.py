@@ -147,8 +147,10 @@ class Segment:
     def comm_s(self) -> float:
         return sum(c.seconds for c in self.collectives)
 
-    def seconds(self, graphs: bool) -> float:
-        device = max(self.memory_s, self.compute_s) + self.floor_s
+    def seconds(self, graphs: bool, memory_s: float | None = None) -> float:
+        """`memory_s`: the segment's memory time at another efficiency (StepTime.per_stream_tok_s_at)."""
+        memory = self.memory_s if memory_s is None else memory_s
+        device = max(memory, self.compute_s) + self.floor_s
         return (device if graphs else max(device, self.host_s)) + self.comm_s
 
     def parts(self, graphs: bool) -> dict[str, float]:
@@ -288,6 +290,32 @@ class StepTime:
     def graph_benefit(self) -> float:
         """CUDA-graph tok/s over eager tok/s (1.0 where there are no launches to save)."""
         return self.graph_tok_s / self.eager_tok_s
+
+    def per_stream_tok_s_at(self, efficiency: float) -> float:
+        """Per-stream tok/s of this step were the hardware's efficiency `efficiency`: every segment's bytes
+        re-timed (a weight-only backend's weights at the lesser of the new bandwidth and its own rate), nothing
+        else re-priced. What a fit of the efficiency alone scales (advise/result_fit.py)."""
+        graphs = self.config.graphs
+        bandwidth = self.hardware.bandwidth_gbps * 1e9 * efficiency * self.relative
+        weight_gbps = self.backend.weight_gbps(self.hardware)
+        rate = None if weight_gbps is None else min(bandwidth, weight_gbps * 1e9)
+        total, periods = 0.0, []
+        for batch in self.replica_batches:
+            step = self.replicas[batch]
+            memory = [s.memory_at_datasheet_s / efficiency if rate is None else
+                      (s.bytes - s.backend_weight_bytes) / bandwidth + s.backend_weight_bytes / rate
+                      for s in step.segments]
+            index = iter(memory)
+            stages = [sum(s.seconds(graphs, next(index)) for s in stage) for stage in step.stages]
+            hand = step.handoff.seconds_each if step.handoff else 0.0
+            period = max(sum(stages) + (step.handoff.seconds if step.handoff else 0.0),
+                         step.micro_batches * (max(stages) + hand))
+            periods.append(period)
+            total += step.batch * step.tokens_per_sequence
+        if self.config.topology.expert_parallel and len(periods) > 1:
+            return total / max(periods) / self.config.batch
+        return sum(self.replicas[b].batch * self.replicas[b].tokens_per_sequence / p
+                   for b, p in zip(self.replica_batches, periods)) / self.config.batch
 
     @property
     def achievable_bandwidth_gbps(self) -> float:

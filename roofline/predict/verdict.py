@@ -43,6 +43,21 @@ def verdict_of(measured: float, ceiling: float, expected: float, band_error: flo
     return Verdict(key, table["text"][key], near)
 
 
+def impossible(measured: float, ceiling: float, drafts: int = 0) -> str | None:
+    """Why a measured decode rate (tok/s of one stream) cannot be a decode speed of this configuration, one
+    line; None when it can. Above the ceiling by more than the table's `impossible_above` even with every draft
+    token accepted: no engine reads the weights fewer times than that. The one check validate, doctor and
+    calibrate --from-results make of a measurement before they use it."""
+    limit = ceiling * (1 + drafts) * _table()["impossible_above"]
+    if measured > 0 and measured <= limit:
+        return None
+    if measured <= 0:
+        return f"measured {measured:g} tok/s is not a decode speed"
+    all_drafts = f" with {drafts} draft tokens all accepted" if drafts else ""
+    return (f"measured {measured:g} tok/s is {measured / ceiling:.1f}x the ceiling of {ceiling:.1f} tok/s{all_drafts}: "
+            "no engine decodes that fast on this device; a figure of several streams is their sum")
+
+
 def min_gain(predicted_tok_s: float) -> float:
     """The smallest gain (tok/s) a configuration change must buy to be offered as a fix."""
     return _table()["min_gain_share"] * predicted_tok_s

@@ -35,7 +35,7 @@ def render_preflight(payload: dict) -> str:
     audit, cap, figures = payload["audit"], payload["capacity"], payload["figures"]
     one, many, work = payload["one_stream"], payload["at_max_num_seqs"], payload["workload"]
     kv = cap["kv_cache"]
-    many_label = f"{many['concurrency']} streams" + ("" if many["concurrency"] == (deployment["max_num_seqs"] or 256)
+    many_label = f"{many['concurrency']} streams" + ("" if many["concurrency"] == payload["scheduler"]["max_num_seqs"]
                                                      else " (all fit)")
     terms = cap["memory_terms"]
     weights = terms["weights"]["bytes"]

@@ -38,6 +38,7 @@ import msgspec
 from msgspec import Meta
 
 from roofline.errors import RooflineError
+from roofline.files import decode_json, read_regular
 from roofline.schema import Count, Name, Positive, checked
 from roofline.untrusted import printable
 from roofline.model.architecture import shape_from_config
@@ -65,6 +66,7 @@ ACTIVATIONS_FROM_CONFIG = {("nvfp4-w4a4", "nvfp4-w4a16")}
 
 MAX_WORLD = 65_536  # ranks of one vLLM deployment; a larger world is damage, not a cluster
 MAX_DRAFT_TOKENS = 1_024  # speculative tokens per step (vLLM's drafters propose a handful)
+MAX_CAPTURE_BYTES = 1 << 30  # a capture of a 100k-module model is tens of MB
 Dim = Annotated[int, Meta(ge=0, lt=1 << 40)]
 World = Annotated[int, Meta(ge=1, le=MAX_WORLD)]
 RankIndex = Annotated[int, Meta(ge=0, lt=MAX_WORLD)]
@@ -198,15 +200,7 @@ def load_capture(path: str, normalise: bool = True) -> dict:
 
 
 def _read(path: str) -> dict:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as exc:
-        raise RooflineError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        data = msgspec.json.decode(raw)  # standard JSON only: no NaN / Infinity literals
-    except msgspec.DecodeError as exc:
-        raise RooflineError(f"{path}: not valid JSON ({printable(str(exc), 120)})") from None
+    data = decode_json(read_regular(path, path, MAX_CAPTURE_BYTES), path)  # standard JSON: no NaN / Infinity
     if not isinstance(data, dict):
         raise RooflineError(f"{path}: not a roofline vLLM capture")
     return data

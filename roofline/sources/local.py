@@ -3,32 +3,38 @@ model.safetensors.index.json). Reads config files and safetensors headers only."
 from __future__ import annotations
 
 import gc
+import json
 import os
 from contextlib import contextmanager
 
 from roofline.errors import RooflineError
+from roofline.files import MAX_DEPTH, read_regular, too_deep
 from roofline.model.assemble import inventory_from_tensors
 from roofline.model.inventory import Inventory, Tensor
 
-from .safetensors_header import loads_json, read_local_header
+from .safetensors_header import read_local_header
 
 INDEX = "model.safetensors.index.json"
 
 
+MAX_CONFIG_BYTES = 64 * 1024 * 1024
+
+
 def read_json(path: str, what: str | None = None) -> dict:
+    """A config file (config.json, hf_quant_config.json, an index) as transformers reads it: Python's JSON,
+    which takes the NaN / Infinity / -Infinity some real configs hold (Nemotron-3-Super's), from a regular
+    file of at most 64 MB, nested no deeper than files.MAX_DEPTH."""
+    if not os.path.exists(path) and not os.path.islink(path):
+        raise RooflineError(f"{what or path}: not found")
+    raw = read_regular(path, what or path, MAX_CONFIG_BYTES)
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(64 * 1024 * 1024 + 1)
-    except FileNotFoundError:
-        raise RooflineError(f"{what or path}: not found") from None
-    except OSError as exc:
-        raise RooflineError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(raw) > 64 * 1024 * 1024:
-        raise RooflineError(f"{path}: larger than 64 MB, not a config file")
-    try:
-        value = loads_json(raw)
+        value = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise RooflineError(f"{path}: invalid JSON ({exc})") from None
+    except RecursionError:
+        raise RooflineError(f"{path}: nested deeper than {MAX_DEPTH} levels, not a config file") from None
+    if too_deep(value):
+        raise RooflineError(f"{path}: nested deeper than {MAX_DEPTH} levels, not a config file")
     if not isinstance(value, dict):
         raise RooflineError(f"{path}: expected a JSON object")
     return value

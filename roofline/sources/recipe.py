@@ -9,14 +9,15 @@ read, bounded in size. The result is the serve line it would run and the environ
 from __future__ import annotations
 
 import os
-import string
+import re
 from dataclasses import dataclass
 
 import msgspec
 
 from roofline.errors import RooflineError
+from roofline.files import read_regular, too_deep
 from roofline.schema import checked
-from roofline.untrusted import printable
+from roofline.untrusted import printable, redact_command, redact_env
 
 MAX_RECIPE_BYTES = 1 << 20  # the largest published recipe is a few kB
 Scalar = str | int | float | bool | None
@@ -44,8 +45,9 @@ class Recipe:
     cluster_only: bool = False
 
     def to_json(self) -> dict:
-        return {"path": self.path, "name": self.name, "model": self.model, "serve_line": self.serve_line,
-                "env": self.env, "defaults": self.defaults, "cluster_only": self.cluster_only}
+        return {"path": self.path, "name": self.name, "model": self.model,
+                "serve_line": redact_command(self.serve_line), "env": redact_env(self.env),
+                "defaults": redact_env(self.defaults), "cluster_only": self.cluster_only}
 
 
 def _text(value) -> str:
@@ -54,36 +56,63 @@ def _text(value) -> str:
     return "" if value is None else str(value)
 
 
+MAX_COMMAND_CHARS = 64 << 10  # a filled serve line: a few hundred characters in every published recipe
+# the template's parts: an escaped brace ({{ or }}), a plain {name}, or any other brace (a format spec, an
+# attribute or index, a lone brace), refused
+_TEMPLATE = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}|[{}]")
+
+
+def fill_template(command: str, values: dict[str, str], path: str) -> str:
+    """The recipe's command with its plain {name} placeholders filled from `values` ({{ and }} are braces), as
+    one line: the runner's str.format on the templates recipes use, without what a hostile one could do
+    with format specs ({x:>9999999999}), attributes or indexes; the filled line is bounded before it is made."""
+    parts, size = [], 0
+    position = 0
+    for found in _TEMPLATE.finditer(command):
+        text = found.group(0)
+        if text in ("{{", "}}"):
+            piece = text[0]
+        elif found.group(1) is not None:
+            name = found.group(1)
+            if name not in values:
+                raise RooflineError(f"{path}: the command's {{{name}}} has no value in defaults (give --set "
+                                    f"{name}=VALUE)")
+            piece = values[name]
+        else:
+            tail = command[found.start():found.start() + 24]
+            raise RooflineError(f"{path}: the command template has {printable(tail, 30)!r}: only plain {{name}} "
+                                "placeholders are filled ({{ and }} for a brace)")
+        size += found.start() - position + len(piece)
+        if size > MAX_COMMAND_CHARS:
+            raise RooflineError(f"{path}: the filled command would be longer than {MAX_COMMAND_CHARS:,} characters")
+        parts += [command[position:found.start()], piece]
+        position = found.end()
+    parts.append(command[position:])
+    if size + len(command) - position > MAX_COMMAND_CHARS:
+        raise RooflineError(f"{path}: the filled command would be longer than {MAX_COMMAND_CHARS:,} characters")
+    return " ".join("".join(parts).replace("\\\n", " ").split())
+
+
 def read_recipe(path: str, overrides: dict[str, str] | None = None, extra_args: list[str] | None = None) -> Recipe:
     """The serve line and environment a recipe runs, `overrides` applied to its defaults."""
     import yaml
 
+    raw = read_regular(path, f"--recipe {path}", MAX_RECIPE_BYTES)
     try:
-        if os.path.getsize(path) > MAX_RECIPE_BYTES:
-            raise RooflineError(f"{path}: {os.path.getsize(path):,} bytes is not a recipe (at most "
-                                f"{MAX_RECIPE_BYTES:,})")
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except OSError as exc:
-        raise RooflineError(f"{path}: {exc.strerror or exc}") from None
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except RecursionError:
+        raise RooflineError(f"{path}: nested too deep, not a recipe") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise RooflineError(f"{path}: not a YAML recipe ({printable(str(exc).splitlines()[0], 200)})") from None
+    if too_deep(data):
+        raise RooflineError(f"{path}: nested too deep, not a recipe")
     if not isinstance(data, dict):
         raise RooflineError(f"{path}: a recipe is a YAML mapping with a `command` (eugr/spark-vllm-docker recipes/)")
     recipe = checked(data, RecipeFile, path)
     defaults = {key: _text(value) for key, value in recipe.defaults.items()}
     for key, value in (overrides or {}).items():
         defaults[key] = value
-    names = [field for _, field, _, _ in string.Formatter().parse(recipe.command) if field]
-    missing = sorted({n for n in names if n not in defaults})
-    if missing:
-        raise RooflineError(f"{path}: the command's {{{missing[0]}}} has no value in defaults (give --set "
-                            f"{missing[0]}=VALUE)")
-    try:
-        line = recipe.command.format_map(defaults)
-    except (ValueError, KeyError, IndexError, AttributeError) as exc:
-        raise RooflineError(f"{path}: the command template does not fill ({printable(str(exc), 120)})") from None
-    line = " ".join(line.replace("\\\n", " ").split())
+    line = fill_template(recipe.command, defaults, path)
     if extra_args:
         import shlex
 

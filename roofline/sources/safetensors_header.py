@@ -13,6 +13,7 @@ import os
 import struct
 
 from roofline.errors import RooflineError
+from roofline.files import open_regular
 from roofline.model.formats import DTYPE_BITS
 from roofline.model.inventory import Tensor
 
@@ -120,8 +121,8 @@ def _explain(name: str, info, where: str, data_size: int | None) -> None:
 def read_local_header(path: str) -> tuple[list[Tensor], int]:
     """(tensors, bytes read) of a local .safetensors file, reading only its header."""
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as fh:
+        with open_regular(path, path) as fh:
+            size = os.fstat(fh.fileno()).st_size
             length = header_length(fh.read(8), path)
             if 8 + length > size:
                 raise RooflineError(f"{path}: safetensors header length {length} runs past the end of the "

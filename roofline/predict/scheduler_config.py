@@ -1,0 +1,93 @@
+"""vLLM's scheduler as a deployment configures it (pure): the step's token budget, the most requests
+running, chunked prefill, prefix caching, async scheduling and the KV block, with vLLM's defaults where
+the serve line is silent (data/serving.toml [batch_defaults], [platform.*]) and vLLM's own refusals of the
+combination (SchedulerConfig.verify_max_model_len). The load model (predict/load.py) schedules with it;
+preflight and capacity refuse what vLLM refuses with it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from roofline.data import load_table
+
+from .hardware import Hardware
+
+GIB = 2 ** 30
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_num_active_seqs: int
+    chunked_prefill: bool
+    prefix_caching: bool
+    async_scheduling: bool
+    long_prefill_token_threshold: int  # 0: none
+    block_size: int
+    defaults_source: str  # where the budget's defaults came from (when the line did not give them)
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def batch_defaults(hardware: Hardware, entry: str = "serve", world_size: int = 1) -> tuple[int, int, str]:
+    """(max_num_batched_tokens, max_num_seqs, why) vLLM takes on `hardware` when neither is given, for `vllm
+    serve` ("serve") or the offline LLM class ("offline")."""
+    table = load_table("serving")["batch_defaults"]
+    if hardware.host == "cpu":
+        chosen = table["cpu"][entry]
+        return (chosen["max_num_batched_tokens"] * world_size, chosen["max_num_seqs"] * world_size,
+                f"vLLM-CPU's {entry} default x {world_size} rank(s) ({table['source']})")
+    reported = 0.0 if hardware.key in table["nvml_reports_no_memory"] or \
+        getattr(hardware, "derived_from", "") in table["nvml_reports_no_memory"] else hardware.memory_gb * 1e9 / GIB
+    name = f"{hardware.key} {hardware.name}".lower()
+    for tier in table["tier"]:
+        if reported >= tier["min_gib"] and not any(word in name for word in tier.get("not_named", ())):
+            chosen = tier[entry]
+            why = (f"NVML reports no memory on {hardware.name}" if reported == 0.0 and hardware.memory_gb else
+                   f"{reported:.0f} GiB as NVML reports it")
+            return chosen["max_num_batched_tokens"], chosen["max_num_seqs"], f"vLLM's {entry} default ({why})"
+    raise AssertionError("serving.toml [batch_defaults]: the last tier must take every device")
+
+
+def block_size(hardware: Hardware, given: int | None = None) -> int:
+    platform = load_table("serving")["platform"]["cpu" if hardware.host == "cpu" else "cuda"]
+    return given or platform["default_block_size"]
+
+
+def scheduler_settings(deployment, hardware: Hardware, entry: str = "serve") -> SchedulerSettings:
+    """The scheduler a Deployment (predict/deployment.py) runs on `hardware`: its flags, vLLM's defaults."""
+    world = deployment.tp * deployment.pp
+    tokens, seqs, why = batch_defaults(hardware, entry, world if hardware.host == "cpu" else 1)
+    budget = deployment.max_num_batched_tokens or tokens
+    max_seqs = deployment.max_num_seqs or seqs
+    async_default = hardware.host != "cpu"  # vLLM-CPU turns async scheduling off (platforms/cpu.py)
+    return SchedulerSettings(
+        max_num_batched_tokens=budget, max_num_seqs=max_seqs,
+        max_num_active_seqs=deployment.max_num_active_seqs or max_seqs,
+        chunked_prefill=deployment.chunked_prefill is not False,
+        prefix_caching=deployment.prefix_caching is not False,
+        async_scheduling=async_default if deployment.async_scheduling is None else
+        (deployment.async_scheduling and async_default),
+        long_prefill_token_threshold=deployment.long_prefill_token_threshold or 0,
+        block_size=block_size(hardware, deployment.block_size),
+        defaults_source="" if deployment.max_num_batched_tokens and deployment.max_num_seqs else why)
+
+
+def scheduler_refusals(settings: SchedulerSettings, max_model_len: int | None) -> list[str]:
+    """vLLM's SchedulerConfig.verify_max_model_len, in its words."""
+    out = []
+    budget, seqs = settings.max_num_batched_tokens, settings.max_num_seqs
+    if max_model_len is not None and budget < max_model_len and not settings.chunked_prefill:
+        out.append(f"max_num_batched_tokens ({budget}) is smaller than max_model_len ({max_model_len}). This "
+                   "effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject "
+                   "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len.")
+    if budget < seqs:
+        out.append(f"max_num_batched_tokens ({budget}) must be greater than or equal to max_num_seqs ({seqs}).")
+    if settings.max_num_active_seqs > seqs:
+        out.append(f"max_num_active_seqs ({settings.max_num_active_seqs}) cannot be greater than max_num_seqs "
+                   f"({seqs}).")
+    if max_model_len is not None and settings.long_prefill_token_threshold > max_model_len:
+        out.append(f"long_prefill_token_threshold ({settings.long_prefill_token_threshold}) cannot be greater "
+                   f"than the max_model_len ({max_model_len}).")
+    return out
