@@ -56,6 +56,12 @@ class Request:
     tp: int = 1  # tensor-parallel ranks (--tensor-parallel-size): memory terms and KV pages per rank
     link: str | None = None  # interconnect of the TP ranks (hardware.toml [link.*]; default per hardware)
     enforce_eager: bool = False  # --enforce-eager: no CUDA-graph pool, every kernel launched by the host
+    # the scheduler's flags (predict/scheduler_config.py reads them as it reads a Deployment's)
+    chunked_prefill: bool | None = None
+    async_scheduling: bool | None = None
+    long_prefill_token_threshold: int | None = None
+    max_num_active_seqs: int | None = None
+    capture_tokens: int | None = None  # the largest step vLLM captures a CUDA graph of (deployment.capture_tokens)
     gpus: int | None = None  # --gpus / --boxes: devices per box and boxes; the split plan --gpus / --boxes ranks first
     boxes: int | None = None
     network: str | None = None  # the link between boxes (hardware.toml [link.*] of scope network)
@@ -426,7 +432,8 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     fit = min(kv.num_blocks // per_request_blocks, max_seqs) * topology.dp  # each replica its own cache and cap
     curve, knee, one = decode_curve(inventory, hardware, request.concurrency, context, kv_name, request.routing, fit,
                                     parallel)
-    ttft = prefill_s(one, request.prompt_len)
+    server = load_server(inventory, hardware, request, kv, context, parallel)
+    ttft = server.first_token_s(request.prompt_len)
     notes = list(kv.notes) + ([fitted_note] if fitted_note else [])
     if hardware.host == "cpu":
         notes.append("CPU host: no launch floor modelled")
@@ -504,11 +511,23 @@ def _parallel(inventory: Inventory, hardware: Hardware, request: Request,
     return mode | {"topology": topology, **({"placement": placement} if placement else {})}, None
 
 
-def prefill_s(one, prompt_len: int) -> float:
-    """TTFT of a request alone: the prompt's tokens at the step's compute time per token, one read
-    of the weights, one launch (the step model's single-stream breakdown)."""
-    b = one.breakdown(graphs=True)
-    return prompt_len * b.compute_time_s + b.memory_time_s * b.weight_bytes / b.bytes + b.launch_time_s
+def load_server(inventory: Inventory, hardware: Hardware, request: Request, kv: KVCapacity, context: int,
+                parallel: dict):
+    """The load model's view of the server capacity sized (advise/load.py): the step model at the curve's
+    configuration on one data-parallel replica, vLLM's scheduler with the request's flags, this KV cache."""
+    from roofline.predict.scheduler_config import scheduler_settings
+
+    from .load import server_for
+
+    topology = parallel.get("topology", Topology())
+    one_replica = {**parallel, "topology": Topology(topology.tp, topology.pp, 1, topology.expert_parallel and
+                                                    topology.tp > 1)} if topology.dp > 1 else parallel
+    if topology.dp > 1:
+        one_replica.pop("placement", None)
+    config = StepConfig(context=context, kv_cache_dtype=request.kv_cache_dtype, routing=request.routing,
+                        capture_tokens=None if request.enforce_eager else request.capture_tokens, **one_replica)
+    return server_for(inventory, hardware, config, scheduler_settings(request, hardware),
+                      num_blocks=kv.num_blocks, blocks_for=kv.blocks_for, max_model_len=request.max_model_len)
 
 
 # what the step's bound means for the user asking how many streams keep their speed

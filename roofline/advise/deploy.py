@@ -7,7 +7,15 @@ from dataclasses import replace
 
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
-from roofline.predict.deployment import Deployment, backend, checked, online_format, refusals, step_config
+from roofline.predict.deployment import (
+    Deployment,
+    backend,
+    capture_tokens,
+    checked,
+    online_format,
+    refusals,
+    step_config,
+)
 from roofline.predict.hardware import Hardware
 from roofline.predict.step import StepConfig
 
@@ -111,7 +119,11 @@ def capacity_request(deployment: Deployment, inventory: Inventory, hardware: Har
                    gpus=gpus, boxes=boxes, network=network, pp=deployment.pp, dp=deployment.dp,
                    expert_parallel=deployment.expert_parallel,
                    backend=backend(deployment, deployed, hardware),
-                   speculative_tokens=deployment.speculative_tokens, acceptance_rate=acceptance_rate)
+                   speculative_tokens=deployment.speculative_tokens, acceptance_rate=acceptance_rate,
+                   chunked_prefill=deployment.chunked_prefill, async_scheduling=deployment.async_scheduling,
+                   long_prefill_token_threshold=deployment.long_prefill_token_threshold,
+                   max_num_active_seqs=deployment.max_num_active_seqs,
+                   capture_tokens=capture_tokens(deployment, hardware))
 
 
 def plan_workload(deployment: Deployment, acceptance_rate: float) -> dict:

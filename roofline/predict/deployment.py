@@ -82,6 +82,7 @@ class Deployment:
     kv_cache_memory_bytes: int | None = None
     block_size: int | None = None
     prefix_caching: bool | None = None
+    max_cudagraph_capture_size: int | None = None
     chunked_prefill: bool | None = None
     async_scheduling: bool | None = None
     long_prefill_token_threshold: int | None = None
@@ -744,4 +745,17 @@ def step_config(deployment: Deployment, inventory: Inventory, hardware: Hardware
     return StepConfig(batch=batch, context=context, kv_cache_dtype=deployment.kv_cache_dtype,
                       graphs=not deployment.enforce_eager, backend=backend(deployment, inventory, hardware),
                       topology=deployment.topology, speculative_tokens=spec.tokens if spec else 0,
-                      acceptance_rate=acceptance_rate if spec else 0.7, routing=routing)
+                      acceptance_rate=acceptance_rate if spec else 0.7, routing=routing,
+                      capture_tokens=capture_tokens(deployment, hardware))
+
+
+def capture_tokens(deployment: Deployment, hardware: Hardware) -> int:
+    """The largest step vLLM captures a CUDA graph of: --max-cudagraph-capture-size, else vLLM's default
+    min(2 x max_num_seqs x (1 + draft tokens), 512; 1024 on data-center Blackwell, compute capability 10.x)."""
+    from .scheduler_config import scheduler_settings
+
+    if deployment.max_cudagraph_capture_size is not None:
+        return deployment.max_cudagraph_capture_size
+    seqs = scheduler_settings(deployment, hardware).max_num_seqs
+    ceiling = 1024 if (hardware.compute_capability or "").split(".")[0] == "10" else 512
+    return min(2 * seqs * (1 + deployment.speculative_tokens), ceiling)

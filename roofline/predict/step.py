@@ -28,7 +28,7 @@ with where it came from (StepTime.coefficients).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from roofline.data import load_table
 from roofline.errors import RooflineError
@@ -56,12 +56,32 @@ from .topology import (
     sharing_ranks,
     stage_layers,
 )
-from .traffic import Scenario, Traffic, compute_traffic, kv_bytes_by_layer, state_bytes_by_layer
+from .prefill import PrefillRates
+from .traffic import (
+    Scenario,
+    Traffic,
+    compute_traffic,
+    distinct_experts,
+    dtype_bytes,
+    kv_dtype_and_bytes,
+    state_bytes_by_layer,
+)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A prompt's chunk in a step: `tokens` of it computed now, after `context` of it computed before (their KV
+    cached); `samples`: the chunk ends the prompt, so the step samples its first token (vLLM computes logits
+    only for positions it samples)."""
+
+    tokens: int
+    context: int = 0
+    samples: bool = True
 
 
 @dataclass(frozen=True)
 class StepConfig:
-    """What a decode step depends on besides the checkpoint and the hardware."""
+    """What a step depends on besides the checkpoint and the hardware."""
 
     batch: int = 1  # concurrent sequences, over all data-parallel replicas
     context: int = 1024  # tokens in each sequence's KV cache
@@ -75,6 +95,13 @@ class StepConfig:
     routing: str = "uniform"  # MoE: uniform | shared (traffic.Scenario)
     kernels: KernelProfile | None = None  # a measured profile replaces the kernel table
     host_us_per_kernel: float | None = None  # --launch-us
+    chunks: tuple[Chunk, ...] = ()  # prompt chunks computed in the step beside the `batch` decoding sequences
+    # the largest step (tokens) vLLM captures a CUDA graph of: a larger one launches its compiled kernels from the
+    # host (None: no ceiling, every step of graph mode replays a graph: the decode tables' view)
+    capture_tokens: int | None = None
+    # how many of a prompt's tokens route to experts independently (None: data/prefill.toml [routing], real text;
+    # 1.0: every token on its own, as random dummy weights route)
+    prompt_routing: float | None = None
 
     def scenario(self, batch: int) -> Scenario:
         return Scenario(batch=batch, context=self.context, kv_cache_dtype=self.kv_cache_dtype,
@@ -138,6 +165,8 @@ class Segment:
     backend_compute_at_peak_s: float = 0.0  # of those: the backend format's GEMMs
     floor_s: float = 0.0
     host_s: float = 0.0
+    # a step larger than vLLM's CUDA-graph capture: its compiled kernels launched one by one from the host
+    uncaptured_host_s: float | None = None
 
     @property
     def bytes(self) -> float:
@@ -151,6 +180,8 @@ class Segment:
         """`memory_s`: the segment's memory time at another efficiency (StepTime.per_stream_tok_s_at)."""
         memory = self.memory_s if memory_s is None else memory_s
         device = max(memory, self.compute_s) + self.floor_s
+        if graphs and self.uncaptured_host_s is not None:
+            return max(device, self.uncaptured_host_s) + self.comm_s
         return (device if graphs else max(device, self.host_s)) + self.comm_s
 
     def parts(self, graphs: bool) -> dict[str, float]:
@@ -174,7 +205,7 @@ class ReplicaStep:
     tokens_per_sequence: float  # tokens each sequence gains per step
     stages: list[list[Segment]]
     handoff: Collective | None
-    traffic: Traffic  # of one micro-batch
+    traffic: Traffic | None  # of one micro-batch of decodes (None: a step of prompt chunks alone)
 
     def stage_seconds(self, graphs: bool) -> list[float]:
         return [sum(s.seconds(graphs) for s in stage) for stage in self.stages]
@@ -488,9 +519,12 @@ def compute_utilization(hardware: Hardware) -> tuple[float, str, str, str]:
 
 
 def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = StepConfig()) -> StepTime:
-    """One decode step of `config` on `hardware`: the one step model."""
-    if config.batch < 1:
+    """One step of `config` on `hardware`: the one step model. `config.batch` sequences decode; the prompt chunks
+    `config.chunks` are computed beside them (a step of chunks alone has batch 0)."""
+    if config.batch < 1 and not config.chunks:
         raise RooflineError("the batch must be at least 1 sequence")
+    if config.chunks and config.topology.dp > 1:
+        raise RooflineError("a step with prompt chunks is one engine's: price it for one data-parallel replica")
     topology = config.topology
     placement = config.placement
     if placement is None:
@@ -504,12 +538,15 @@ def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = St
     bandwidth = hardware.bandwidth_gbps * 1e9 * hardware.efficiency * backend.relative(hardware) * family_relative
     if bandwidth <= 0:
         raise RooflineError(f"hardware {hardware.key}: bandwidth must be positive")
-    batches = _replica_batches(config.batch, topology.dp)
+    batches = _replica_batches(config.batch, topology.dp) if config.batch else [0]
     weight_gbps = backend.weight_gbps(hardware)
     weight_rate = None if weight_gbps is None else min(bandwidth, weight_gbps * 1e9)
-    replicas = {b: _replica(inventory, hardware, config, topology, placement, backend, profile, costs, bandwidth,
-                            weight_rate, b)
-                for b in set(batches)}
+    terms = _terms(inventory, hardware, config, topology, placement, backend, profile, costs, bandwidth, weight_rate)
+    replicas = {}
+    for b in set(batches):
+        replicas[b] = _fill(terms, config, b)
+        if replicas[b].micro_batch:
+            replicas[b].traffic = compute_traffic(inventory, config.scenario(replicas[b].micro_batch))
     coefficients = _coefficients(hardware, backend, costs, profile, placement)
     if family in hardware.family_efficiency:
         coefficients.insert(2, Coefficient("family_relative_efficiency", family_relative, f"x efficiency ({family})",
@@ -519,6 +556,50 @@ def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = St
     if step.main.period_s(config.graphs) <= 0:
         raise RooflineError("nothing to time: no bytes and no kernels per step")
     return step
+
+
+class StepPricer:
+    """The step model kept for one serving configuration: its terms gathered once (as price_step gathers them),
+    every step's work priced with them by the same arithmetic (`_fill`), layers of one kind priced once and
+    counted (on one pipeline stage). The load model's one seam (predict/load.py): it never prices a step itself.
+    One engine: a data-parallel deployment's replicas each take their share of the requests."""
+
+    def __init__(self, inventory: Inventory, hardware: Hardware, config: StepConfig = StepConfig()):
+        topology = config.topology
+        if topology.dp > 1:
+            raise RooflineError("the step pricer prices one engine: give it one data-parallel replica")
+        probe = price_step(inventory, hardware, replace(config, batch=max(config.batch, 1), chunks=()))
+        self.config = config
+        self.graphs = config.graphs
+        self.scale = 1.0  # every price times this (a band's end)
+        self.step = probe  # the serving configuration's coefficients (StepTime.coefficients) and backend
+        bandwidth = hardware.bandwidth_gbps * 1e9 * hardware.efficiency * probe.relative
+        weight_gbps = probe.backend.weight_gbps(hardware)
+        weight_rate = None if weight_gbps is None else min(bandwidth, weight_gbps * 1e9)
+        terms = _terms(inventory, hardware, config, topology, probe.placement, probe.backend, probe.profile,
+                       probe.costs, bandwidth, weight_rate)
+        groups: dict[tuple, list] = {}
+        for key, segment in terms.segments.items():
+            signature = _signature(segment) if topology.pp == 1 else key  # stages are summed apart
+            groups.setdefault(signature, [key, 0])[1] += 1
+        self._terms = replace(terms, segments={key: terms.segments[key] for key, _ in groups.values()})
+        self._counts = {(terms.segments[key].where, terms.segments[key].layer): count for key, count in groups.values()}
+        self.segments = len(terms.segments)
+
+    def seconds(self, decodes: int, context: float, chunks: tuple[Chunk, ...] = ()) -> float:
+        """The step's time: `decodes` sequences decoding at a mean `context` of tokens (KV read and attention are
+        linear in it), and the prompt chunks beside them."""
+        config = replace(self.config, batch=decodes, context=max(0, int(round(context))), chunks=chunks)
+        replica = _fill(self._terms, config, decodes)
+        if self._terms.stages > 1:
+            return self.scale * replica.period_s(self.graphs)
+        return self.scale * sum(self._counts[(segment.where, segment.layer)] * segment.seconds(self.graphs)
+                                for segment in replica.segments)
+
+
+def _signature(segment) -> tuple:
+    """What prices a segment, without where it sits: equal signatures price alike."""
+    return tuple((name, repr(value)) for name, value in segment.__dict__.items() if name not in ("layer",))
 
 
 # kernels.toml [python.*] kinds by the role whose count carries them: a calibrated entry's own figure wins
@@ -532,26 +613,103 @@ def _host_equiv(hardware: Hardware, count) -> float:
     return hardware.layer_python_launches.get(kind, count.host_equiv) if kind else count.host_equiv
 
 
-def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topology: Topology,
-             placement: Placement, backend: Backend, profile: KernelProfile, costs: LaunchCosts,
-             bandwidth: float, weight_rate: float | None, batch: int) -> ReplicaStep:
+# ----------------------------------------------------------------------------- a step's terms
+# A step's price is a pure function of what it computes: `_terms` gathers, once per serving configuration,
+# what each segment holds (weights by how a step reads them, the FLOPs of a token, its KV and state shapes, its
+# kernels and collectives); `_fill` prices one step's work with them: the decoding sequences (micro-batch,
+# context, draft tokens) and the prompt chunks beside them. price_step is the two together; the load model
+# (predict/load.py) keeps the terms and fills many steps (StepPricer).
+
+@dataclass
+class _ModuleRead:
+    """Weights of one segment a step reads by one rule (roles.toml `read`)."""
+    nbytes: float  # per rank: the bytes a whole read reads
+    backend_bytes: float  # of those: the backend format's
+    dequant_params: float  # an emulated kernel's weights (params / ranks) that it dequantizes to BF16
+    experts: int = 0  # routed: experts of the module, top_k of them per token
+    top_k: int = 0
+    rows: int = 0  # row: one row per token
+
+
+@dataclass
+class _Flops:
+    """Seconds at the datasheet tensor rate per token of one segment's GEMMs, by what prices them."""
+    backend_s: float = 0.0  # the backend format's GEMMs (not routed)
+    other: dict = field(default_factory=dict)  # compute format -> seconds at its peak (other formats, not routed)
+    routed_backend_s: float = 0.0  # routed experts in the backend format
+    routed_other: dict = field(default_factory=dict)
+    sampled_s: float = 0.0  # lm_head: only a sampled position computes it in a prompt chunk
+    sampled_backend: bool = False
+    sampled_compute: str = "bf16"
+
+
+@dataclass
+class _SegmentTerms:
+    layer: int | None
+    where: str
+    stage: int
+    full: _ModuleRead = field(default_factory=lambda: _ModuleRead(0.0, 0.0, 0.0))
+    routed: list = field(default_factory=list)  # [_ModuleRead]
+    rows: list = field(default_factory=list)
+    per_draft: _ModuleRead = field(default_factory=lambda: _ModuleRead(0.0, 0.0, 0.0))
+    resident: float = 0.0
+    flops: _Flops = field(default_factory=_Flops)
+    kv_per_token: float = 0.0  # KV bytes per token of context of one sequence (per rank)
+    window: int | None = None
+    attention_s: float = 0.0  # attention seconds at the bf16 peak per query token per token of context (per rank)
+    state_bytes: float = 0.0  # recurrent state read and written per sequence (per rank)
+    scan_s: dict = field(default_factory=dict)  # kind -> a prompt token's chunked scan at the bf16 peak (per rank)
+    scan_bytes: float = 0.0  # a prompt token's share of the scan's fp32 chunk states, written and read (per rank)
+    kernels: float = 0.0
+    eager_kernels: float = 0.0
+    host_equiv: float = 0.0
+    attention_layers: int = 0
+    collectives: list = field(default_factory=list)  # [(group, kind, where, bytes per token in, link, factor)]
+
+
+@dataclass
+class _Terms:
+    """What a serving configuration's step holds, segment by segment (one replica, one rank per stage)."""
+    segments: dict  # key -> _SegmentTerms
+    stages: int
+    expert_scale: float  # with DP + EP the MoE layers see every replica's micro-batch
+    handoff_bytes_per_token: float  # PP: hidden state + residual per token in
+    backend_utilization: float
+    utilization: float
+    bandwidth: float
+    weight_rate: float | None
+    floor_us: float
+    host_us: float
+    uncaptured_us: float  # a compiled kernel launched from the host when no CUDA graph covers the step
+    rates: "PrefillRates"
+    piecewise_host_launches: float
+    dequant_bytes_per_weight: float  # an emulated kernel's BF16 copy, per weight it dequantizes
+    backend_compute: str  # the tensor format the backend's GEMMs compute in
+    backend_format: str  # the weights' format the backend runs
+    routed_share: float  # top_k / experts: the share of a step's tokens each expert gets under uniform routing
+    weight_only: bool  # the backend dequantizes weights (Marlin / Machete): its prompt GEMMs at weight_only's share
+    efficiency: float  # the hardware's (what memory_at_datasheet_s is scaled back by)
+    placement: Placement
+
+
+def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topology: Topology, placement: Placement,
+           backend: Backend, profile: KernelProfile, costs: LaunchCosts, bandwidth: float,
+           weight_rate: float | None) -> _Terms:
+    from .prefill import (
+        SCAN_CHUNK_TOKENS,
+        SCAN_FLOPS_PER_STATE_ELEMENT,
+        piecewise_launches_per_attention_layer,
+        prefill_rates,
+        uncaptured_us_per_kernel,
+    )
+
     shape = inventory.shape
     pp = topology.pp
-    micro_batches = max(1, min(batch, pp))
-    micro = math.ceil(batch / micro_batches)
-    scenario = config.scenario(micro)
-    traffic = compute_traffic(inventory, scenario)
-    tokens_in = micro * (1 + scenario.speculative_tokens)  # the target model verifies 1 + n per sequence
-    tokens_out = micro * traffic.tokens_per_step
-    # with DP + EP the MoE layers see every replica's micro-batch (vLLM steps the replicas together)
-    expert_batch = micro * topology.dp if topology.expert_parallel else micro
-    expert_traffic = traffic if expert_batch == micro else compute_traffic(inventory, config.scenario(expert_batch))
-    expert_scale = expert_batch / micro
     kv_ranks = kv_split(inventory, topology.tp)
     layers = stage_layers(shape.num_layers, pp)
-    segments: dict[tuple, Segment] = {}
+    segments: dict[tuple, _SegmentTerms] = {}
 
-    def segment(layer: int | None, outside_first: bool) -> Segment:
+    def segment(layer: int | None, outside_first: bool) -> _SegmentTerms:
         if layer is not None and layer < shape.num_layers:
             key, where = ("layer", layer), "layer"
             stage = next((i for i, r in enumerate(layers) if layer in r), pp - 1)
@@ -560,90 +718,109 @@ def _replica(inventory: Inventory, hardware: Hardware, config: StepConfig, topol
         else:
             key, where, stage = ("tail",), "tail", pp - 1
         if key not in segments:
-            segments[key] = Segment(layer if where == "layer" else None, where, stage)
+            segments[key] = _SegmentTerms(layer if where == "layer" else None, where, stage)
         return segments[key]
 
-    utilization = compute_utilization(hardware)[0]
-    backend_utilization = backend.gemm_utilization(hardware) or utilization
-    for module, moved, expert_moved in zip(inventory.modules, traffic.modules, expert_traffic.modules):
+    by_name = inventory.by_name()
+    dequant = backend.dequantized_bytes_per_weight
+    for module in inventory.modules:
         props = role_properties(module.role)
         inside = module.layer if props.read != "none" and module.role != "mtp" else None
         target = segment(inside, props.stage == "first")
         ranks = sharing_ranks(module, topology, kv_ranks)
-        routed = props.read == "routed"
-        step_bytes = (expert_moved if routed else moved).bytes_per_token * tokens_out * (expert_scale if routed else 1)
-        target.weight_bytes += step_bytes / ranks
-        if module.format == backend.format:
-            target.backend_weight_bytes += step_bytes / ranks
-        target.resident_bytes += module.nbytes / ranks
-        if backend.dequantized_bytes_per_weight and module.format == backend.format:
-            fraction = (expert_moved if routed else moved).read_fraction
-            target.extra_bytes += module.params * fraction * backend.dequantized_bytes_per_weight / ranks
+        source = by_name[module.tied_to].nbytes if module.tied_to and module.tied_to in by_name else module.nbytes
+        in_backend = module.format == backend.format
+        read = _ModuleRead(source / ranks, source / ranks if in_backend else 0.0,
+                           module.params / ranks if dequant and in_backend else 0.0)
+        target.resident += module.nbytes / ranks
+        if props.read == "routed" and (module.experts or shape.num_experts) and shape.experts_per_token:
+            read.experts, read.top_k = module.experts or shape.num_experts, shape.experts_per_token
+            target.routed.append(read)
+        elif props.read == "row":
+            read.rows = _rows(module)
+            target.rows.append(read)
+        elif props.read == "per_draft":
+            target.per_draft = _add(target.per_draft, read)
+        elif props.read != "none":
+            target.full = _add(target.full, read)
         if props.flops and module.params:
-            active = module.params
-            if routed and shape.num_experts and shape.experts_per_token:
-                active = module.params * shape.experts_per_token / shape.num_experts  # top-k of E per token
-            tokens = tokens_in * (expert_scale if routed else 1)
-            peak = _tflops(hardware, _compute_format(module.format, backend)) * 1e12
-            at_peak = 2 * active * tokens / ranks / peak
-            target.compute_at_peak_s += at_peak
-            if module.format == backend.format:
-                target.backend_compute_at_peak_s += at_peak
-                target.compute_s += at_peak / backend_utilization
+            routed = props.read == "routed" and shape.num_experts and shape.experts_per_token
+            active = module.params * shape.experts_per_token / shape.num_experts if routed else module.params
+            compute = _compute_format(module.format, backend)
+            at_peak = 2 * active / ranks / (_tflops(hardware, compute) * 1e12)  # seconds per token
+            flops = target.flops
+            if module.role == "lm_head":
+                flops.sampled_s += at_peak
+                flops.sampled_backend, flops.sampled_compute = in_backend, compute
+            elif routed:
+                if in_backend:
+                    flops.routed_backend_s += at_peak
+                else:
+                    flops.routed_other[compute] = flops.routed_other.get(compute, 0.0) + at_peak
+            elif in_backend:
+                flops.backend_s += at_peak
             else:
-                target.compute_s += at_peak / utilization
-    for layer, per_sequence in kv_bytes_by_layer(inventory, scenario).items():
-        segment(layer, False).kv_bytes += per_sequence * micro / kv_ranks
-    for layer, per_sequence in state_bytes_by_layer(inventory).items():
-        segment(layer, False).state_bytes += per_sequence * micro / topology.tp
-    # attention over the context: QK^T and PV per query head (heads split over TP)
+                flops.other[compute] = flops.other.get(compute, 0.0) + at_peak
+    _, kv_bytes = kv_dtype_and_bytes(inventory, config.scenario(1))
     attention_flops = load_table("rules")["compute"]["attention_flops_per_head_dim"]
     q_heads = config_int(text_config(inventory.config), "num_attention_heads")
+    bf16_peak = _tflops(hardware, "bf16") * 1e12
     for layer in shape.attention:
-        span = min(config.context, layer.window or config.context)
-        at_peak = attention_flops * q_heads * layer.head_dim * span * tokens_in / topology.tp \
-            / (_tflops(hardware, "bf16") * 1e12)
-        segment(layer.layer, False).compute_at_peak_s += at_peak
-        segment(layer.layer, False).compute_s += at_peak / utilization
+        target = segment(layer.layer, False)
+        target.kv_per_token += layer.kv_elements_per_token() * kv_bytes / kv_ranks
+        target.window = layer.window
+        target.attention_s += attention_flops * q_heads * layer.head_dim / topology.tp / bf16_peak
+        target.attention_layers += 1
+    state_bytes = dtype_bytes(shape.state_dtype)
+    for layer, per_sequence in state_bytes_by_layer(inventory).items():
+        segment(layer, False).state_bytes += per_sequence / topology.tp
+    for layer in shape.recurrent:
+        target = segment(layer.layer, False)
+        target.scan_s[layer.kind] = target.scan_s.get(layer.kind, 0.0) \
+            + SCAN_FLOPS_PER_STATE_ELEMENT * layer.state_elements / topology.tp / bf16_peak
+        target.scan_bytes += 2 * layer.state_elements * state_bytes / SCAN_CHUNK_TOKENS.get(layer.kind, 64) / topology.tp
     for count in profile.counts:
         target = segment(count.layer, count.role == "embedding")
         target.kernels += count.kernels
         target.eager_kernels += count.eager
         target.host_equiv += _host_equiv(hardware, count)
-    if scenario.speculative_tokens:  # the drafts' own kernels and the proposer's (kernels.toml [core.draft])
-        draft, further = load_table("kernels")["core"]["draft"], scenario.speculative_tokens - 1
+    if config.speculative_tokens:  # the drafts' own kernels and the proposer's (kernels.toml [core.draft])
+        draft, further = load_table("kernels")["core"]["draft"], config.speculative_tokens - 1
         tail = segment(None, False)
         tail.kernels += draft["first_kernels"] + further * draft["per_kernels"]
         tail.eager_kernels += draft["first_eager_kernels"] + further * draft["per_eager_kernels"]
-    _collectives(inventory, topology, placement, segments, tokens_in, micro)
-    for target in segments.values():
-        target.memory_at_datasheet_s = target.bytes / bandwidth * hardware.efficiency
-        target.backend_weights_at_datasheet_s = target.backend_weight_bytes / bandwidth * hardware.efficiency
-        target.memory_s = target.bytes / bandwidth if weight_rate is None else \
-            (target.bytes - target.backend_weight_bytes) / bandwidth + target.backend_weight_bytes / weight_rate
-        target.floor_s = target.kernels * costs.graph_floor_us_per_kernel * 1e-6
-        target.host_s = (target.eager_kernels + target.host_equiv) * costs.host_us_per_kernel * 1e-6
-    stages: list[list[Segment]] = [[] for _ in range(pp)]
-    for key in sorted(segments, key=lambda k: (k[0] != "head", k[0] == "tail", k[1] if len(k) > 1 else 0)):
-        stages[segments[key].stage].append(segments[key])
-    handoff = None
-    if pp > 1 and placement.pp_link is not None:
-        hand_bytes = RESIDUAL_COPIES * shape.hidden_size * ACTIVATION_BYTES * tokens_in
-        handoff = Collective("pp", "send", "stage hand-off (hidden state + residual)", pp - 1, hand_bytes,
-                             placement.pp_link.key, placement.pp_link.collective_seconds(hand_bytes, 1.0))
-    return ReplicaStep(batch, micro_batches, micro, traffic.tokens_per_step, stages, handoff, traffic)
+    _collective_terms(inventory, topology, placement, segments)
+    utilization = compute_utilization(hardware)[0]
+    return _Terms(segments=segments, stages=pp, expert_scale=float(topology.dp if topology.expert_parallel else 1),
+                  handoff_bytes_per_token=RESIDUAL_COPIES * shape.hidden_size * ACTIVATION_BYTES,
+                  backend_utilization=backend.gemm_utilization(hardware) or utilization, utilization=utilization,
+                  bandwidth=bandwidth, weight_rate=weight_rate, floor_us=costs.graph_floor_us_per_kernel,
+                  host_us=costs.host_us_per_kernel, rates=prefill_rates(hardware),
+                  uncaptured_us=uncaptured_us_per_kernel(hardware)[0] if costs.host_us_per_kernel else 0.0,
+                  piecewise_host_launches=piecewise_launches_per_attention_layer(),
+                  dequant_bytes_per_weight=dequant, backend_compute=backend.compute, backend_format=backend.format,
+                  routed_share=shape.experts_per_token / shape.num_experts if shape.num_experts else 0.0,
+                  weight_only=backend.weight_only, efficiency=hardware.efficiency, placement=placement)
 
 
-def _collectives(inventory: Inventory, topology: Topology, placement: Placement, segments: dict,
-                 tokens_in: int, micro: int) -> None:
-    """vLLM's collectives, on the segment each belongs to: under TP one all-reduce of the hidden state
-    after each token mixer and each MLP / MoE (the row-parallel projections), one for the
-    vocab-parallel embedding and an all-gather of the vocab-parallel logits; under expert parallelism
+def _add(a: _ModuleRead, b: _ModuleRead) -> _ModuleRead:
+    return _ModuleRead(a.nbytes + b.nbytes, a.backend_bytes + b.backend_bytes, a.dequant_params + b.dequant_params)
+
+
+def _rows(module) -> int:
+    weights = [t for t in module.tensors if len(t.shape) == 2]
+    return max((t.shape[0] for t in weights), default=0)
+
+
+def _collective_terms(inventory: Inventory, topology: Topology, placement: Placement, segments: dict) -> None:
+    """vLLM's collectives, on the segment each belongs to, by the bytes a token puts on them: under TP one
+    all-reduce of the hidden state after each token mixer and each MLP / MoE (the row-parallel projections), one
+    for the vocab-parallel embedding and an all-gather of the vocab-parallel logits; under expert parallelism
     with DP the MoE layers dispatch and combine every replica's tokens (allgather_reducescatter)."""
     tp_link, ep_link = placement.tp_link, placement.ep_link
     if tp_link is None and ep_link is None:
         return
-    message = inventory.shape.hidden_size * ACTIVATION_BYTES * tokens_in
+    hidden = inventory.shape.hidden_size * ACTIVATION_BYTES
     kinds: dict[int, set[str]] = {}
     for module in inventory.modules:
         if module.layer is None or module.role == "mtp":
@@ -651,32 +828,152 @@ def _collectives(inventory: Inventory, topology: Topology, placement: Placement,
         kind = role_properties(module.role).all_reduce
         if kind:
             kinds.setdefault(module.layer, set()).add("moe" if module.role == "moe_experts" else kind)
-    for key, target in segments.items():
-        out: list[Collective] = []
+    all_reduce = allreduce_factor(topology.tp)
+    for target in segments.values():
+        out = []
         if tp_link is not None:
-            each = tp_link.collective_seconds(message, allreduce_factor(topology.tp))
             if target.where == "head":
-                out.append(Collective("tp", "all_reduce", "vocab-parallel embedding", 1, message, tp_link.key, each))
+                out.append(("tp", "all_reduce", "vocab-parallel embedding", hidden, tp_link, all_reduce))
             elif target.where == "tail":
-                logits = inventory.shape.vocab_size * ACTIVATION_BYTES * tokens_in
-                out.append(Collective("tp", "all_gather", "vocab-parallel logits", 1, logits, tp_link.key,
-                                      tp_link.collective_seconds(logits, (topology.tp - 1) / topology.tp)))
+                out.append(("tp", "all_gather", "vocab-parallel logits",
+                            inventory.shape.vocab_size * ACTIVATION_BYTES, tp_link, (topology.tp - 1) / topology.tp))
             else:
                 present = kinds.get(target.layer, set())
                 if "mixer" in present:
-                    out.append(Collective("tp", "all_reduce", "after each token mixer (row-parallel out projection)",
-                                          1, message, tp_link.key, each))
+                    out.append(("tp", "all_reduce", "after each token mixer (row-parallel out projection)", hidden,
+                                tp_link, all_reduce))
                 if "moe" in present and ep_link is None or ("mlp" in present and "moe" not in present):
-                    out.append(Collective("tp", "all_reduce", "after each MLP / MoE (row-parallel down projection)",
-                                          1, message, tp_link.key, each))
+                    out.append(("tp", "all_reduce", "after each MLP / MoE (row-parallel down projection)", hidden,
+                                tp_link, all_reduce))
         if ep_link is not None and target.where == "layer" and "moe" in kinds.get(target.layer, set()):
-            tokens_bytes = message * topology.dp  # every replica's micro-batch meets in the MoE layer
-            each = ep_link.collective_seconds(tokens_bytes, (topology.ep - 1) / topology.ep)
-            out.append(Collective("ep", "all_gather", "MoE dispatch (allgather_reducescatter)", 1, tokens_bytes,
-                                  ep_link.key, each))
-            out.append(Collective("ep", "reduce_scatter", "MoE combine (allgather_reducescatter)", 1, tokens_bytes,
-                                  ep_link.key, each))
+            factor = (topology.ep - 1) / topology.ep  # every replica's micro-batch meets in the MoE layer
+            out.append(("ep", "all_gather", "MoE dispatch (allgather_reducescatter)", hidden * topology.dp, ep_link,
+                        factor))
+            out.append(("ep", "reduce_scatter", "MoE combine (allgather_reducescatter)", hidden * topology.dp,
+                        ep_link, factor))
         target.collectives = out
+
+
+def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
+    """One replica's step: `batch` decoding sequences (in micro-batches over the pipeline stages) of
+    `config.context` tokens, `config.speculative_tokens` drafts each, and the prompt chunks `config.chunks`
+    beside them, priced with the terms."""
+    pp = terms.stages
+    micro_batches = max(1, min(batch, pp)) if batch else 1
+    micro = math.ceil(batch / micro_batches) if batch else 0
+    spec = config.speculative_tokens
+    a = config.acceptance_rate
+    tokens_per_sequence = (1.0 - a ** (spec + 1)) / (1.0 - a)
+    decode_in = micro * (1 + spec)  # the target model verifies 1 + n per sequence
+    chunks = config.chunks
+    chunk_tokens = sum(c.tokens for c in chunks)
+    sampled_chunks = sum(1 for c in chunks if c.samples)
+    tokens_in = decode_in + chunk_tokens
+    expert_scale = terms.expert_scale
+    # tokens whose expert choices are independent: all, or with shared routing (one prompt to every stream)
+    # one sequence's decode tokens; a prompt's tokens route independently
+    independence = terms.rates.prompt_independence if config.prompt_routing is None else config.prompt_routing
+    routed_tokens = ((1 + spec) if config.routing == "shared" and micro else decode_in * expert_scale) \
+        + chunk_tokens * independence
+    rates = terms.rates
+    prefill_backend = rates.weight_only if terms.weight_only else rates.gemm_share(terms.backend_compute)
+    uncaptured = config.capture_tokens is not None and tokens_in > config.capture_tokens
+    segments = []
+    for key, t in terms.segments.items():
+        seg = Segment(t.layer, t.where, t.stage)
+        weight = t.full.nbytes
+        backend_w = t.full.backend_bytes
+        dequant_params = t.full.dequant_params
+        for read in t.routed:
+            fraction = distinct_experts(read.experts, read.top_k, routed_tokens) / read.experts if routed_tokens else 0.0
+            weight += read.nbytes * fraction
+            backend_w += read.backend_bytes * fraction
+            dequant_params += read.dequant_params * fraction
+        for read in t.rows:
+            fraction = min(1.0, tokens_in / read.rows) if read.rows else 0.0
+            weight += read.nbytes * fraction
+            backend_w += read.backend_bytes * fraction
+            dequant_params += read.dequant_params * fraction
+        if spec:
+            weight += t.per_draft.nbytes * spec
+            backend_w += t.per_draft.backend_bytes * spec
+            dequant_params += t.per_draft.dequant_params * spec
+        seg.weight_bytes, seg.backend_weight_bytes, seg.resident_bytes = weight, backend_w, t.resident
+        seg.extra_bytes = dequant_params * terms.dequant_bytes_per_weight
+        # KV: each decoding sequence reads its context; a chunk reads its prompt's earlier KV and writes its own
+        if t.kv_per_token:
+            span = min(config.context, t.window or config.context)
+            seg.kv_bytes = t.kv_per_token * span * micro
+            for c in chunks:
+                seg.kv_bytes += t.kv_per_token * (min(c.context, t.window or c.context) + c.tokens)
+        seg.state_bytes = t.state_bytes * (micro + len(chunks)) + t.scan_bytes * chunk_tokens
+        # compute: decode tokens at decode's utilization, a prompt's tokens at the prefill rates
+        f = t.flops
+        decode_at_peak = (f.backend_s + sum(f.other.values())) * decode_in \
+            + (f.routed_backend_s + sum(f.routed_other.values())) * decode_in * expert_scale + f.sampled_s * decode_in
+        decode_backend_at_peak = (f.backend_s + f.routed_backend_s * expert_scale
+                                  + (f.sampled_s if f.sampled_backend else 0.0)) * decode_in
+        seg.compute_at_peak_s = decode_at_peak
+        seg.backend_compute_at_peak_s = decode_backend_at_peak
+        seg.compute_s = decode_backend_at_peak / terms.backend_utilization \
+            + (decode_at_peak - decode_backend_at_peak) / terms.utilization
+        if chunk_tokens:
+            # a step with a prompt's tokens: every token of it in GEMMs of M = all the step's tokens, at the share
+            # of the tensor rate such GEMMs reach (ramping up with M; a MoE's with the tokens each expert gets);
+            # the decodes riding along in the same GEMMs at that rate too
+            dense = tokens_in / (tokens_in + rates.ramp_tokens["gemm"])
+            per_expert = tokens_in * expert_scale * terms.routed_share
+            moe = per_expert / (per_expert + rates.ramp_tokens["moe"]) if per_expert else 1.0
+            samples = decode_in + sampled_chunks
+            head = samples / (samples + rates.ramp_tokens["gemm"]) if samples else 1.0
+            gemm = (sum(s / rates.gemm_share(c) for c, s in f.other.items()) + f.backend_s / prefill_backend) / dense
+            routed = (f.routed_backend_s / (rates.moe_weight_only_share(terms.backend_format) if terms.weight_only
+                                            else rates.moe_share(terms.backend_compute))
+                      + sum(s / rates.moe_share(c) for c, s in f.routed_other.items())) / moe
+            prompt_at_peak = (f.backend_s + sum(f.other.values()) + f.routed_backend_s
+                              + sum(f.routed_other.values())) * chunk_tokens + f.sampled_s * sampled_chunks
+            seg.compute_at_peak_s += prompt_at_peak
+            seg.compute_s = gemm * tokens_in + routed * tokens_in * expert_scale \
+                + f.sampled_s * samples / rates.gemm_share(f.sampled_compute) / head
+        if t.attention_s:
+            span = min(config.context, t.window or config.context)
+            at_peak = t.attention_s * span * decode_in
+            seg.compute_at_peak_s += at_peak
+            seg.compute_s += at_peak / terms.utilization
+            if chunks:  # causal: the i-th token of a chunk attends to the prompt before it and to itself
+                work = sum(c.tokens * min(c.context + (c.tokens + 1) / 2, t.window or math.inf) for c in chunks)
+                seg.compute_at_peak_s += t.attention_s * work
+                seg.compute_s += t.attention_s * work / rates.attention
+        if t.scan_s and chunk_tokens:
+            for kind, at_peak in t.scan_s.items():
+                seg.compute_at_peak_s += at_peak * chunk_tokens
+                seg.compute_s += at_peak * chunk_tokens / rates.scan[kind]
+        seg.kernels, seg.eager_kernels, seg.host_equiv = t.kernels, t.eager_kernels, t.host_equiv
+        seg.collectives = [Collective(group, kind, where, 1, per_token * tokens_in, link.key,
+                                      link.collective_seconds(per_token * tokens_in, factor))
+                           for group, kind, where, per_token, link, factor in t.collectives]
+        seg.memory_at_datasheet_s = seg.bytes / terms.bandwidth * terms.efficiency
+        seg.backend_weights_at_datasheet_s = seg.backend_weight_bytes / terms.bandwidth * terms.efficiency
+        seg.memory_s = seg.bytes / terms.bandwidth if terms.weight_rate is None else \
+            (seg.bytes - seg.backend_weight_bytes) / terms.bandwidth + seg.backend_weight_bytes / terms.weight_rate
+        seg.floor_s = seg.kernels * terms.floor_us * 1e-6
+        if uncaptured:  # no graph of this size: the compiled kernels launched one by one
+            seg.uncaptured_host_s = seg.kernels * terms.uncaptured_us * 1e-6
+        elif chunks and t.attention_layers:  # a prompt step's piecewise graphs: attention launched by the host
+            seg.floor_s += t.attention_layers * terms.piecewise_host_launches * terms.host_us * 1e-6
+        seg.host_s = (seg.eager_kernels + seg.host_equiv) * terms.host_us * 1e-6
+        segments.append((key, seg))
+    stages: list[list[Segment]] = [[] for _ in range(pp)]
+    for key, seg in sorted(segments, key=lambda ks: (ks[0][0] != "head", ks[0][0] == "tail",
+                                                     ks[0][1] if len(ks[0]) > 1 else 0)):
+        stages[seg.stage].append(seg)
+    handoff = None
+    placement = terms.placement
+    if pp > 1 and placement.pp_link is not None:
+        hand_bytes = terms.handoff_bytes_per_token * tokens_in
+        handoff = Collective("pp", "send", "stage hand-off (hidden state + residual)", pp - 1, hand_bytes,
+                             placement.pp_link.key, placement.pp_link.collective_seconds(hand_bytes, 1.0))
+    return ReplicaStep(batch, micro_batches, micro, tokens_per_sequence, stages, handoff, None)
 
 
 def _tensor_coefficient(hardware: Hardware, compute: str) -> Coefficient:

@@ -1,0 +1,256 @@
+"""A deployment under load, answered before it starts: the KV cache vLLM will have (advise/capacity.py), the
+scheduler it runs (predict/scheduler_config.py), the step model kept for it (predict/step.StepPricer), the
+requests a workload sends (predict/workload.py), and the load model (predict/load.py) between them.
+
+- `first_token`: one request alone, its prompt in the chunks vLLM schedules, each chunk a step of the step
+  model, plus the host's time per request: what every TTFT figure roofline prints comes from.
+- `serve`: a workload at one rate (or a burst, or a trace): TTFT, ITL, TPOT, E2E and their percentiles.
+- `saturation`: the most requests per second the server completes with its queue never empty.
+- `highest_rate`: the highest rate whose TTFT p90 and per-request decode rate keep the targets, and what breaks
+  first above it, with the range the step model's validated band puts around it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from roofline.errors import RooflineError
+from roofline.model.inventory import Inventory
+from roofline.predict.deployment import Deployment, step_config
+from roofline.predict.hardware import Hardware
+from roofline.predict.load import LoadResult, simulate
+from roofline.predict.prefill import request_overhead_s
+from roofline.predict.scheduler import Blocks
+from roofline.predict.scheduler_config import SchedulerSettings, scheduler_settings
+from roofline.predict.step import Chunk, StepConfig, StepPricer
+from roofline.predict.workload import Workload, generate
+
+SCHEMA = "roofline.load/1"
+RATE_SEARCH_STEPS = 14  # bisection steps of the highest rate keeping the targets (a share of 2^-14 of the span)
+
+
+@dataclass
+class Server:
+    """What the load model needs of one deployment, gathered once."""
+
+    pricer: StepPricer
+    settings: SchedulerSettings
+    num_blocks: int
+    blocks_for: object  # tokens -> KV blocks of one request
+    overhead_s: float
+    overhead_kind: str
+    overhead_source: str
+    speculative_tokens: int
+    acceptance: float  # per draft token
+    max_model_len: int
+
+    def blocks(self) -> Blocks:
+        return Blocks(self.num_blocks, self.blocks_for)
+
+    def first_token_s(self, prompt: int) -> float:
+        """TTFT of one request alone: its prompt in chunks of the step budget (each a step of the step model:
+        the chunk's GEMMs, attention over the prompt so far, its KV written), the first token sampled in the
+        last, plus the host's time per request."""
+        return self.overhead_s + sum(self.pricer.seconds(0, 0, (chunk,)) for chunk in self.chunks(prompt))
+
+    def chunks(self, prompt: int) -> list[Chunk]:
+        budget = self.settings.max_num_batched_tokens
+        if self.settings.long_prefill_token_threshold:
+            budget = min(budget, self.settings.long_prefill_token_threshold)
+        out, done = [], 0
+        while done < prompt:
+            take = min(budget, prompt - done)
+            out.append(Chunk(take, done, done + take >= prompt))
+            done += take
+        return out
+
+
+def server_for(inventory: Inventory, hardware: Hardware, config: StepConfig, settings: SchedulerSettings, *,
+               num_blocks: int, blocks_for, max_model_len: int) -> Server:
+    """The load model's view of a serving configuration (`config`: the step model's, as every command builds it
+    from the deployment) whose KV cache holds `num_blocks` (capacity's answer)."""
+    overhead, kind, source = request_overhead_s(hardware)
+    return Server(StepPricer(inventory, hardware, replace(config, batch=1, chunks=())), settings, num_blocks,
+                  blocks_for, overhead, kind, source, config.speculative_tokens,
+                  config.acceptance_rate if config.speculative_tokens else 0.0, max_model_len)
+
+
+def deployment_server(inventory: Inventory, deployment: Deployment, hardware: Hardware, *, num_blocks: int,
+                      blocks_for, max_model_len: int, context: int, acceptance: float,
+                      routing: str = "uniform") -> Server:
+    """server_for a Deployment: its StepConfig (predict/deployment.step_config) and its scheduler."""
+    config = step_config(deployment, inventory, hardware, batch=1, context=context, acceptance_rate=acceptance,
+                         routing=routing)
+    return server_for(inventory, hardware, config, scheduler_settings(deployment, hardware), num_blocks=num_blocks,
+                      blocks_for=blocks_for, max_model_len=max_model_len)
+
+
+def serve(server: Server, workload: Workload) -> LoadResult:
+    requests = generate(workload)
+    longest = max(r.prompt + r.output for r in requests)
+    if longest > server.max_model_len:
+        raise RooflineError(f"a request of {longest:,} tokens is longer than --max-model-len {server.max_model_len:,}: "
+                            "vLLM rejects it")
+    return simulate(server.pricer, server.settings, server.blocks(), requests,
+                    speculative_tokens=server.speculative_tokens, acceptance=server.acceptance,
+                    overhead_s=server.overhead_s, seed=workload.seed)
+
+
+def saturation(server: Server, workload: Workload) -> float:
+    """Requests per second the server completes with its queue never empty: a backlog of the workload's
+    requests (at least a few times what runs at once) sent at once, completions counted between the first and
+    last quarter of them (the start-up ramp and the drain left out)."""
+    backlog = max(workload.requests, 4 * min(server.settings.max_num_seqs, 256), 64)
+    result = serve(server, replace(workload, arrival="burst", requests=backlog, rate=None, trace=()))
+    ends = sorted(arrival + e2e for arrival, _, e2e, _ in result.per_request)
+    low, high = ends[len(ends) // 4], ends[(3 * len(ends)) // 4]
+    counted = (3 * len(ends)) // 4 - len(ends) // 4
+    return counted / (high - low) if high > low else result.request_throughput
+
+
+@dataclass(frozen=True)
+class Targets:
+    ttft_p90_s: float | None = None  # --ttft-p90: 90% of first tokens within this
+    min_tok_s: float | None = None  # --min-tok-s: 90% of requests decode at least this fast (1 / TPOT p90)
+
+    @property
+    def any(self) -> bool:
+        return self.ttft_p90_s is not None or self.min_tok_s is not None
+
+    def broken(self, result: LoadResult) -> list[str]:
+        """What of the targets `result` misses, each as a phrase (empty: it keeps them)."""
+        out = []
+        if self.ttft_p90_s is not None and result.ttft.p90 > self.ttft_p90_s:
+            out.append(f"TTFT p90 {result.ttft.p90 * 1e3:,.0f} ms > {self.ttft_p90_s * 1e3:,.0f} ms")
+        if self.min_tok_s is not None and result.tpot is not None and 1 / result.tpot.p90 < self.min_tok_s:
+            out.append(f"decode {1 / result.tpot.p90:.1f} tok/s per request (p90) < {self.min_tok_s:g}")
+        return out
+
+    def to_json(self) -> dict:
+        return {"ttft_p90_ms": None if self.ttft_p90_s is None else self.ttft_p90_s * 1e3, "min_tok_s": self.min_tok_s}
+
+
+@dataclass
+class RateAnswer:
+    rate: float | None  # the highest rate keeping the targets (None: not even the lowest tried)
+    low: float | None  # the same at the band's slow end (every step priced slower by the band)
+    high: float | None  # and at its fast end
+    at_rate: LoadResult | None
+    breaks_first: list[str]  # what misses the targets just above the rate
+    saturation: float
+    sentence: str
+
+    def to_json(self) -> dict:
+        return {"rate": self.rate, "low": self.low, "high": self.high, "breaks_first": self.breaks_first,
+                "saturation_rate": self.saturation, "sentence": self.sentence,
+                "at_rate": self.at_rate.to_json() if self.at_rate else None}
+
+
+def highest_rate(server: Server, workload: Workload, targets: Targets, band: float | None = None) -> RateAnswer:
+    """The highest Poisson rate (the workload's lengths, requests and seed) whose run keeps the targets: found by
+    bisection between nothing and the saturation rate (above it the queue grows without end), the same requests'
+    lengths at every rate (one seed)."""
+    if not targets.any:
+        raise RooflineError("give a target: --ttft-p90 SECONDS and / or --min-tok-s TOK_S")
+    sat = saturation(server, workload)
+
+    def search(at: Server) -> tuple[float | None, LoadResult | None, list[str]]:
+        top = saturation(at, workload) if at is not server else sat
+
+        def run(rate: float) -> LoadResult:
+            return serve(at, replace(workload, arrival="poisson", rate=rate, trace=()))
+        low, high = 0.0, top
+        best, best_result, broke = None, None, []
+        first = run(top)
+        if not targets.broken(first):
+            return top, first, ["the queue: above this rate it grows without end (saturation)"]
+        broke = targets.broken(first)
+        for _ in range(RATE_SEARCH_STEPS):
+            mid = (low + high) / 2
+            result = run(mid)
+            missed = targets.broken(result)
+            if missed:
+                high, broke = mid, missed
+            else:
+                low, best, best_result = mid, mid, result
+        return best, best_result, broke
+
+    rate, result, broke = search(server)
+    low = high = None
+    if band:
+        low = search(_scaled(server, 1 + band))[0]
+        high = search(_scaled(server, 1 / (1 + band)))[0]
+    wants = " and ".join(x for x in (
+        f"TTFT p90 <= {targets.ttft_p90_s * 1e3:,.0f} ms" if targets.ttft_p90_s is not None else "",
+        f">= {targets.min_tok_s:g} tok/s per request (p90)" if targets.min_tok_s is not None else "") if x)
+    if rate is None:
+        sentence = (f"no rate keeps {wants}: even a trickle of requests gets "
+                    f"{'; '.join(broke) or 'too slow an answer'}")
+    else:
+        span = f" (between {low:.2f} and {high:.2f} within the step model's ±{100 * band:.0f}%)" \
+            if low is not None and high is not None else ""
+        sentence = (f"up to {rate:.2f} requests/s keep {wants}{span}; above it first "
+                    f"{'; '.join(broke)}. Saturation: {sat:.2f} requests/s")
+    return RateAnswer(rate, low, high, result, broke, sat, sentence)
+
+
+def _scaled(server: Server, factor: float) -> Server:
+    pricer = StepPricer.__new__(StepPricer)
+    pricer.__dict__.update(server.pricer.__dict__)
+    pricer.scale = server.pricer.scale * factor
+    return replace(server, pricer=pricer)
+
+
+@dataclass
+class LoadAnswer:
+    """A deployment under one or several loads: each rate's run, the saturation rate, the targets' answer."""
+
+    workload: Workload
+    runs: list = field(default_factory=list)  # [(label, rate or None, LoadResult)]
+    saturation: float | None = None
+    targets: Targets | None = None
+    answer: RateAnswer | None = None
+    first_token_alone_s: float = 0.0
+    overhead: dict = field(default_factory=dict)
+    scheduler: dict = field(default_factory=dict)
+    band: float | None = None
+
+    def to_json(self) -> dict:
+        w = self.workload
+        return {"schema": SCHEMA,
+                "workload": {"arrival": w.arrival, "rate": w.rate, "requests": w.requests if w.arrival != "trace"
+                             else len(w.trace), "prompt_len": w.prompt_len, "output_len": w.output_len,
+                             "range_ratio": w.range_ratio, "shared_prefix": w.shared_prefix, "seed": w.seed},
+                "scheduler": self.scheduler, "request_overhead": self.overhead,
+                "first_token_alone_ms": self.first_token_alone_s * 1e3,
+                "runs": [{"label": label, "rate": rate, **result.to_json()} for label, rate, result in self.runs],
+                "saturation_rate": self.saturation, "targets": self.targets.to_json() if self.targets else None,
+                "answer": self.answer.to_json() if self.answer else None, "band": self.band}
+
+
+def answer_load(server: Server, workload: Workload, *, rates: tuple[float, ...] = (), burst: int | None = None,
+                targets: Targets | None = None, band: float | None = None) -> LoadAnswer:
+    """Every run asked for (each rate, a burst, the workload's own trace), the saturation rate, and with targets
+    the highest rate keeping them."""
+    out = LoadAnswer(workload, targets=targets, band=band,
+                     overhead={"ms": server.overhead_s * 1e3, "kind": server.overhead_kind,
+                               "source": server.overhead_source},
+                     scheduler=server.settings.to_json(),
+                     first_token_alone_s=server.first_token_s(workload.prompt_len))
+    if workload.arrival == "trace":
+        out.runs.append((workload.label, None, serve(server, workload)))
+    for rate in rates:
+        out.runs.append((f"{rate:g} req/s", rate, serve(server, replace(workload, arrival="poisson", rate=rate))))
+    if burst:
+        out.runs.append((f"burst of {burst}", None, serve(server, replace(workload, arrival="burst",
+                                                                          requests=burst, rate=None))))
+    if workload.arrival != "trace":
+        out.saturation = saturation(server, workload)
+    if targets is not None and targets.any:
+        out.answer = highest_rate(server, workload, targets, band)
+        out.saturation = out.answer.saturation
+    return out
+
+
+def prompt_steps(server: Server, prompt: int) -> int:
+    return max(1, math.ceil(prompt / server.settings.max_num_batched_tokens))

@@ -1,0 +1,90 @@
+"""What a prompt's work reaches on a device (roofline/data/prefill.toml): the share of the tensor rate a long
+prompt's GEMMs, MoE experts, attention and recurrent scan reach, and what the server spends per request and
+per prompt step beside the GPU. Read by the step model (predict/step.py) for every token a step computes for a
+prompt; decode's fitted coefficients are never reused for it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from roofline.data import load_table
+
+from .hardware import Hardware
+
+# roofline's count of a recurrent layer's chunked-scan FLOPs per prompt token, per element of its state: the
+# state update (2), its read by the queries (2), and the intra-chunk products that prepare them (4)
+SCAN_FLOPS_PER_STATE_ELEMENT = 8
+# the chunk of vLLM's chunked scans: fla's chunked delta rule (GDN) and Mamba2's SSD (its config's chunk_size)
+SCAN_CHUNK_TOKENS = {"gdn": 64, "mamba": 256}
+
+
+@dataclass(frozen=True)
+class PrefillRates:
+    gemm: dict[str, float]  # tensor format -> share of its datasheet rate
+    weight_only: float
+    moe: dict[str, float]  # tensor format -> share of its datasheet rate
+    moe_weight_only: dict[str, float]  # the experts' format family (nvfp4, mxfp4, int4, fp8) -> share of bf16
+    attention: float
+    scan: dict[str, float]  # recurrent kind -> share of the bf16 rate
+    kind: str
+    source: str
+    where: str  # the table row: "cc 9.0", "gb10", "default"
+    prompt_independence: float = 1.0  # predict/prefill.toml [routing]
+    ramp_tokens: dict = None  # gemm / moe -> the M (tokens; a MoE's: per expert) at which a GEMM reaches half its share
+
+    def gemm_share(self, compute: str) -> float:
+        return self.gemm.get(compute) or self.gemm["bf16"]
+
+    def moe_share(self, compute: str) -> float:
+        return self.moe.get(compute) or self.moe["bf16"]
+
+    def moe_weight_only_share(self, fmt: str) -> float:
+        family = fmt.split("-")[0]
+        return self.moe_weight_only.get(family) or min(self.moe_weight_only.values())
+
+
+def prefill_rates(hardware: Hardware) -> PrefillRates:
+    """The row of the table for `hardware`: its own key (or the entry it was derived from), else its compute
+    capability, else the default (an estimate)."""
+    table = load_table("prefill")
+    rows = table.get("rate", [])
+    keys = {hardware.key, hardware.derived_from}
+    row = next((r for r in rows if r.get("hardware") in keys), None) or \
+        next((r for r in rows if r.get("cc") and r["cc"] == (hardware.compute_capability or "")), None)
+    where = (f"{row['hardware']}" if row and row.get("hardware") else f"cc {row['cc']}") if row else "default"
+    row = row or table["default"]
+    default = table["default"]
+    return PrefillRates(gemm=dict(default["gemm"]) | dict(row.get("gemm", {})),
+                        weight_only=row.get("weight_only", default["weight_only"]),
+                        moe=dict(default["moe"]) | dict(row.get("moe", {})),
+                        moe_weight_only=dict(default["moe_weight_only"]) | dict(row.get("moe_weight_only", {})),
+                        attention=row.get("attention", default["attention"]),
+                        scan=dict(default["scan"]) | dict(row.get("scan", {})), kind=row["kind"],
+                        source=row["source"], where=where,
+                        ramp_tokens=dict(default["ramp_tokens"]) | dict(row.get("ramp_tokens", {})),
+                        prompt_independence=table["routing"]["prompt_independence"])
+
+
+def request_overhead_s(hardware: Hardware) -> tuple[float, str, str]:
+    """(seconds, kind, source) a request spends on the server's host outside the steps before its first token."""
+    table = load_table("prefill")["request"]
+    rows = table.get("measured", [])
+    row = next((r for r in rows if r.get("hardware") in (hardware.key, hardware.derived_from)), None) or \
+        next((r for r in rows if r.get("host") == hardware.host), None)
+    if row:
+        return row["ms"] / 1e3, row["kind"], row["source"]
+    ms = table.get(hardware.host, table["unknown"])
+    return ms / 1e3, table["kind"], table["source"]
+
+
+def uncaptured_us_per_kernel(hardware: Hardware) -> tuple[float, str, str]:
+    """(microseconds, kind, source) the host spends per compiled kernel of a step no CUDA graph covers."""
+    table = load_table("prefill")["uncaptured"]
+    row = next((r for r in table.get("measured", []) if r.get("hardware") in (hardware.key, hardware.derived_from)),
+               None) or next((r for r in table.get("measured", []) if r.get("host") == hardware.host), None)
+    if row:
+        return row["us"], row["kind"], row["source"]
+    return table.get(hardware.host, table["unknown"]), table["kind"], table["source"]
+
+
+def piecewise_launches_per_attention_layer() -> float:
+    return load_table("prefill")["piecewise"]["host_launches_per_attention_layer"]
