@@ -390,3 +390,39 @@ def capacity_chart(data: ReportData):
         fig.update_xaxes(range=[math.log10(lo), math.log10(hi)], tickvals=ticks, ticktext=[str(v) for v in ticks])
     fig.update_yaxes(type="log", title_text="tok/s", gridcolor="#eee")
     return fig
+
+
+def load_chart(load: dict):
+    """First-token and per-token latency against the request rate (the load model's runs from a trickle to past
+    saturation): the saturation rate, the TTFT target and the highest rate keeping the targets marked."""
+    import plotly.graph_objects as go
+
+    points = [p for p in load.get("curve") or [] if isinstance(p, dict) and first_number(p, "rate")]
+    fig = go.Figure()
+    x = [first_number(p, "rate") for p in points]
+    for key, field, name in (("ttft", "p50_ms", "TTFT p50"), ("ttft", "p90_ms", "TTFT p90"),
+                             ("tpot", "p90_ms", "time per output token p90"), ("itl", "p50_ms", "inter-token p50")):
+        ys = [first_number(p.get(key) or {}, field) for p in points]
+        fig.add_scatter(x=x, y=ys, mode="lines+markers", name=name,
+                        hovertemplate="%{x:.2f} requests/s: %{y:.1f} ms<extra>" + name + "</extra>")
+    saturation = first_number(load, "saturation_rate")
+    if saturation:
+        fig.add_vline(x=saturation, line_dash="dash", line_color="#868e96")
+        fig.add_annotation(x=saturation, y=1, xref="x", yref="paper", yanchor="bottom", showarrow=False,
+                           text="saturation: the queue grows without end")
+    target = first_number((load.get("targets") or {}), "ttft_p90_ms")
+    if target and x:
+        fig.add_scatter(x=[min(x), max(x)], y=[target, target], mode="lines", name="TTFT p90 target",
+                        line=dict(color=WARNING, dash="dot", width=1.5), hoverinfo="skip")
+    answer = first_number((load.get("answer") or {}), "rate")
+    if answer:
+        fig.add_vline(x=answer, line_dash="dot", line_color=WARNING)
+        fig.add_annotation(x=answer, y=0.97, xref="x", yref="paper", yanchor="top", xanchor="left", showarrow=False,
+                           text=f" {answer:.2f} req/s keep the targets", font=dict(color=WARNING))
+    _layout(fig, "Latency against the request rate", 420)
+    fig.update_xaxes(title_text="requests per second (Poisson arrivals)")
+    ys = [v for trace in fig.data for v in trace.y if v]
+    fig.update_yaxes(type="log", title_text="milliseconds", gridcolor="#eee")
+    if ys:
+        fig.update_yaxes(range=[math.log10(min(ys) / LOG_PAD), math.log10(max(ys) * LOG_PAD)])
+    return fig

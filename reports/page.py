@@ -473,7 +473,7 @@ def _what_if_html(what) -> str:
             + (f"<ul>{notes}</ul>" if notes else ""))
 
 
-def capacity_section(data: ReportData, figure) -> str:
+def capacity_section(data: ReportData, figure, load_figure="") -> str:
     """`roofline capacity`: the KV cache as vLLM sizes it and the decode curve."""
     cap = data.capacity
     if not cap:
@@ -498,10 +498,37 @@ def capacity_section(data: ReportData, figure) -> str:
             f'{esc(_count(kv.get("max_model_len")))} tokens per request: <b>{esc(_times(kv.get("max_concurrency")))}'
             '</b> (the two numbers vLLM logs at start-up).</p>'
             f'<ul class="facts">{terms}</ul><div class="chart">{figure}</div>'
-            + sortable_table("capacity-table", columns, rows) + "</section>")
+            + sortable_table("capacity-table", columns, rows) + load_block(cap.get("load"), load_figure, "capacity")
+            + "</section>")
 
 
-def preflight_section(data: ReportData) -> str:
+def load_block(load: dict | None, figure, prefix: str) -> str:
+    """A deployment under load (capacity's or preflight's "load"): the latency-against-rate chart, the answer, a
+    row per run."""
+    if not isinstance(load, dict):
+        return ""
+    columns = [("load", "text"), ("req/s done", "num"), ("TTFT p50 ms", "num"), ("TTFT p90 ms", "num"),
+               ("ITL p50 ms", "num"), ("ITL p90 ms", "num"), ("E2E p50 ms", "num")]
+
+    def ms(run, key, field):
+        value = (run.get(key) or {}).get(field)
+        return (_fixed(value, 1), value or 0)
+    rows = [[(r.get("label"), r.get("label")), (_fixed(r.get("request_throughput"), 2), r.get("request_throughput")),
+             ms(r, "ttft", "p50_ms"), ms(r, "ttft", "p90_ms"), ms(r, "itl", "p50_ms"), ms(r, "itl", "p90_ms"),
+             ms(r, "e2e", "p50_ms")] for r in load.get("runs") or [] if isinstance(r, dict)]
+    answer = (load.get("answer") or {}).get("sentence")
+    saturation = load.get("saturation_rate")
+    facts = [f"<li>one request alone: first token in <b>{esc(_fixed(load.get('first_token_alone_ms'), 1))} ms</b></li>"]
+    if isinstance(saturation, (int, float)):
+        facts.append(f"<li>saturation: <b>{esc(_fixed(saturation, 2))}</b> requests/s (above it the queue grows "
+                     "without end)</li>")
+    if answer:
+        facts.append(f'<li id="{prefix}-load-answer"><b>{esc(answer)}</b></li>')
+    return (f'<h3>Under load</h3><ul class="facts">{"".join(facts)}</ul><div class="chart">{figure}</div>'
+            + (sortable_table(f"{prefix}-load-table", columns, rows) if rows else ""))
+
+
+def preflight_section(data: ReportData, figure="") -> str:
     """`roofline preflight`: the deployment as written, what vLLM would refuse, and each flag's effect."""
     pre = data.preflight
     if not pre:
@@ -528,7 +555,8 @@ def preflight_section(data: ReportData) -> str:
             for e in pre.get("effects") or [] if isinstance(e, dict)]
     return ('<section id="preflight"><h2>Preflight of the deployment</h2>'
             f'<ul class="facts">{"".join(facts)}</ul>'
-            + (sortable_table("preflight-table", columns, rows, wrap_columns={0}) if rows else "") + "</section>")
+            + (sortable_table("preflight-table", columns, rows, wrap_columns={0}) if rows else "")
+            + load_block(pre.get("load"), figure, "preflight") + "</section>")
 
 
 def validation_section(data: ReportData) -> str:
@@ -567,6 +595,10 @@ def render_page(data: ReportData, cdn: bool, embedded: dict) -> str:
         figures["chart-doctor"] = charts.doctor_chart(data)
     if data.capacity:
         figures["chart-capacity"] = charts.capacity_chart(data)
+        if isinstance(data.capacity.get("load"), dict):
+            figures["chart-capacity-load"] = charts.load_chart(data.capacity["load"])
+    if data.preflight and isinstance(data.preflight.get("load"), dict):
+        figures["chart-preflight-load"] = charts.load_chart(data.preflight["load"])
     divs = {key: figure_div(fig, key) for key, fig in figures.items()}
     model = str(a.get("model", "model"))
     body = f"""
@@ -592,8 +624,8 @@ def render_page(data: ReportData, cdn: bool, embedded: dict) -> str:
 {plan_section(data, divs.get('chart-plan', ''))}
 {compare_section(data, divs.get('chart-compare', ''))}
 {doctor_section(data, divs.get('chart-doctor', ''))}
-{capacity_section(data, divs.get('chart-capacity', ''))}
-{preflight_section(data)}
+{capacity_section(data, divs.get('chart-capacity', ''), divs.get('chart-capacity-load', ''))}
+{preflight_section(data, divs.get('chart-preflight-load', ''))}
 {validation_section(data)}
 {cuda_graph_section(data)}
 {notes_section(data)}

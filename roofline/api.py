@@ -53,6 +53,37 @@ class _AuditArgs(_Common, forbid_unknown_fields=True, kw_only=True):
     config_only: bool = False
 
 
+class _Load(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A load, in the CLI's words (commands/options.load_options)."""
+    request_rate: _ranged("request_rate") | Annotated[list[_ranged("request_rate")], Meta(max_length=64)] | None = None
+    burst: _ranged("requests") | None = None
+    trace: Text | None = None
+    num_prompts: _ranged("requests") = 200
+    random_range_ratio: Annotated[float, Meta(ge=0, lt=1)] = 0.0
+    shared_prefix: Annotated[float, Meta(ge=0, lt=1)] = 0.0
+    seed: Annotated[int, Meta(ge=0, le=2**32 - 1)] = 0
+    ttft_p90: _ranged("seconds") | None = None
+    min_tok_s: _ranged("tok_s") | None = None
+
+
+def _load(args: dict, prompt_len: int, output_len: int, function: str):
+    """The load asked of roofline.capacity / preflight (None: none), checked as the CLI checks it."""
+    _checked(_Load, function, args)
+    rates = args["request_rate"]
+    rates = () if rates is None else tuple(rates) if isinstance(rates, (list, tuple)) else (rates,)
+    from roofline.advise.load import workload_for
+
+    trace = None
+    if args["trace"]:
+        from roofline.live.traces import read_trace
+
+        trace = read_trace(args["trace"], "trace")
+    return workload_for(rates=rates, burst=args["burst"], trace=trace, requests=args["num_prompts"],
+                        range_ratio=args["random_range_ratio"], shared_prefix=args["shared_prefix"], seed=args["seed"],
+                        ttft_p90_s=args["ttft_p90"], min_tok_s=args["min_tok_s"], prompt_len=prompt_len,
+                        output_len=output_len)
+
+
 class _CapacityArgs(_Common, forbid_unknown_fields=True, kw_only=True):
     model: Text = ""
     concurrency: Annotated[list[_ranged("sequences")], Meta(min_length=1, max_length=256)]
@@ -155,8 +186,12 @@ def capacity(model: str, *, hardware: str = "gb10", bandwidth: float | None = No
              output_len: int = 256, routing: str = "uniform", speculative_tokens: int = 0,
              acceptance_rate: float | None = None, mean_acceptance_length: float | None = None,
              env: Mapping[str, str] | None = None, revision: str | None = None, config_only: bool = False,
-             use_cache: bool = True, **vllm_args):
-    """`roofline capacity MODEL`: a Capacity (.kv.tokens, .kv.max_concurrency, .curve, .to_json())."""
+             use_cache: bool = True, request_rate=None, burst: int | None = None, trace: str | None = None,
+             num_prompts: int = 200, random_range_ratio: float = 0.0, shared_prefix: float = 0.0, seed: int = 0,
+             ttft_p90: float | None = None, min_tok_s: float | None = None, **vllm_args):
+    """`roofline capacity MODEL`: a Capacity (.kv.tokens, .kv.max_concurrency, .curve, .first_token_s(),
+    .to_json()); with a load (request_rate: one rate or several, burst, trace; targets ttft_p90 seconds,
+    min_tok_s) its answer under it as .load (the JSON `capacity --request-rate ...` prints under "load")."""
     from roofline.advise.capacity import capacity as size
     from roofline.advise.deploy import capacity_request, check, deployed_inventory
     from roofline.predict.hardware import get_hardware
@@ -173,7 +208,17 @@ def capacity(model: str, *, hardware: str = "gb10", bandwidth: float | None = No
     check(deployment, inventory, target)
     request = capacity_request(deployment, inventory, target, per_token, levels=tuple(concurrency),
                                prompt_len=prompt_len, output_len=output_len, routing=routing)
-    return size(deployed_inventory(inventory, deployment, _draft(deployment, use_cache)), target, request)
+    result = size(deployed_inventory(inventory, deployment, _draft(deployment, use_cache)), target, request)
+    load = _load(dict(request_rate=request_rate, burst=burst, trace=trace, num_prompts=num_prompts,
+                      random_range_ratio=random_range_ratio, shared_prefix=shared_prefix, seed=seed, ttft_p90=ttft_p90,
+                      min_tok_s=min_tok_s), request.prompt_len, request.output_len, "capacity")
+    if load is not None:
+        from roofline.advise.load import load_json
+
+        workload, rates, burst, targets, notes = load
+        result.load = load_json(result.server, result.band, workload, rates, burst,
+                                targets if targets.ttft_p90_s is not None else None, notes)
+    return result
 
 
 def plan(model: str, *, hardware: str = "gb10", bandwidth: float | None = None,
@@ -214,9 +259,13 @@ def preflight(serve_line: str | list[str] | None = None, *, recipe: str | None =
               overrides: Mapping[str, str] | None = None, hardware: str = "gb10", bandwidth: float | None = None,
               prompt_len: int = 1024, output_len: int = 256, routing: str = "uniform",
               acceptance_rate: float | None = None, mean_acceptance_length: float | None = None,
-              env: Mapping[str, str] | None = None, use_cache: bool = True):
+              env: Mapping[str, str] | None = None, use_cache: bool = True, request_rate=None,
+              burst: int | None = None, trace: str | None = None, num_prompts: int = 200,
+              random_range_ratio: float = 0.0, shared_prefix: float = 0.0, seed: int = 0,
+              ttft_p90: float | None = None, min_tok_s: float | None = None):
     """`roofline preflight`: a Preflight (.priced, .refusals, .effects, .to_json()) of a serve line
-    (a string as a shell would split it, or its words) or a recipe file."""
+    (a string as a shell would split it, or its words) or a recipe file; with a load (as capacity's) its answer
+    under it as .load."""
     from roofline.advise.preflight import Workload
     from roofline.advise.preflight import preflight as answer
     from roofline.predict.deployment import acceptance_for, parse_serve_line
@@ -238,5 +287,15 @@ def preflight(serve_line: str | list[str] | None = None, *, recipe: str | None =
     per_token = acceptance_for(deployment, acceptance_rate, mean_acceptance_length)
     target = get_hardware(hardware, bandwidth)
     inventory = _inventory(deployment.model, None, False, use_cache)
-    return answer(inventory, deployment, target, Workload(prompt_len, output_len, routing, per_token),
-                  draft=_draft(deployment, use_cache), recipe=recipe_json)
+    out = answer(inventory, deployment, target, Workload(prompt_len, output_len, routing, per_token),
+                 draft=_draft(deployment, use_cache), recipe=recipe_json)
+    load = _load(dict(request_rate=request_rate, burst=burst, trace=trace, num_prompts=num_prompts,
+                      random_range_ratio=random_range_ratio, shared_prefix=shared_prefix, seed=seed, ttft_p90=ttft_p90,
+                      min_tok_s=min_tok_s), prompt_len, output_len, "preflight")
+    if load is not None and out.priced is not None:
+        from roofline.advise.load import load_json
+
+        workload, rates, burst, targets, notes = load
+        out.load = load_json(out.priced.capacity.server, out.priced.capacity.band, workload, rates, burst, targets,
+                             notes)
+    return out

@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from points import CASES, h200_loads  # noqa: E402
+from points import CASES, GB10_MODELS, gb10_bursts, h200_loads  # noqa: E402
 from predict import server  # noqa: E402
 
 from roofline.advise.load import serve  # noqa: E402
@@ -64,6 +64,7 @@ def main() -> int:
                           for k, _ in METRICS)
         mark = " (first run)" if row["first_run"] else ""
         print(f"{row['file'][:-8] + mark:30}{row['measured_throughput']:7.1f}/{row['predicted_throughput']:<7.1f}  {cells}")
+    bursts = gb10()
     summary = {}
     counted = [r for r in rows if not r["first_run"]]
     for key, _ in METRICS:
@@ -74,9 +75,35 @@ def main() -> int:
     print("\nmean |error| over the runs (first runs left out):")
     for key, value in summary.items():
         print(f"  {key:14} {100 * value['mean_abs_error']:5.1f}%  (worst {100 * value['worst']:+.0f}%, {value['runs']} runs)")
-    OUT.write_text(json.dumps({"schema": "roofline.load_check/1", "rows": rows, "summary": summary}, indent=1,
-                              sort_keys=True) + "\n")
+    errors = [b["error"] for b in bursts]
+    summary["gb10_burst_ttft_mean"] = {"mean_abs_error": statistics.fmean(abs(e) for e in errors),
+                                       "worst": max(errors, key=abs), "runs": len(errors)}
+    print(f"  {'gb10 bursts':14} {100 * summary['gb10_burst_ttft_mean']['mean_abs_error']:5.1f}%  (worst "
+          f"{100 * summary['gb10_burst_ttft_mean']['worst']:+.0f}%, {len(errors)} bursts: the mean TTFT of N prompts "
+          "sent at once)")
+    OUT.write_text(json.dumps({"schema": "roofline.load_check/1", "rows": rows, "gb10_bursts": bursts,
+                               "summary": summary}, indent=1, sort_keys=True) + "\n")
     return 0
+
+
+def gb10() -> list[dict]:
+    """The published GB10 bursts (N requests of one prompt length sent at once, llama-benchy): the mean TTFT over
+    the requests against the load model's (real weights: the table's prompt routing)."""
+    out = []
+    print(f"\n{'GB10 burst (published)':58}{'N':>4}{'prompt':>8}{'TTFT mean meas':>16}{'pred':>8}{'error':>8}")
+    for row in gb10_bursts():
+        config, flags, _ = GB10_MODELS[row["model"]]
+        s = server("gb10", config, f"--kv-cache-dtype {row['kv_dtype']} " + flags, max_model_len=131072)
+        n, prompt = int(row["concurrency"]), int(row["prompt_tokens_est"])
+        burst = Workload(arrival="burst", requests=n, prompt_len=prompt, output_len=int(row["output_len"]))
+        result = serve(s, burst)
+        measured = float(row["ttfr_ms"]) / 1e3
+        out.append({"model": row["model"], "test": row["test"], "burst": n, "prompt": prompt,
+                    "measured_ttft_mean_ms": measured * 1e3, "predicted_ttft_mean_ms": result.ttft.mean * 1e3,
+                    "error": result.ttft.mean / measured - 1})
+        print(f"{row['model'][:40] + ' ' + row['test']:58}{n:>4}{prompt:>8}{measured * 1e3:>16.0f}"
+              f"{result.ttft.mean * 1e3:>8.0f}{100 * (result.ttft.mean / measured - 1):>+7.0f}%")
+    return out
 
 
 if __name__ == "__main__":

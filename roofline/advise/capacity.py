@@ -134,6 +134,8 @@ class Capacity:
     band: dict = field(default_factory=dict)  # the curve's validated error band (predict/bands.py)
     split: dict | None = None  # --gpus / --boxes: the topology and why it was chosen
     replicas: int = 1  # data-parallel engines, each with its own KV cache of `kv`
+    server: object = None  # the load model's view of this server (advise/load.Server): TTFT, a load's latencies
+    load: dict | None = None  # a load's answer (advise/load.LoadAnswer.to_json), when one was asked for
 
     def verdict(self) -> str:
         """The summary of the table beneath it: a peak only among the concurrencies that fit."""
@@ -177,6 +179,8 @@ class Capacity:
             "verdict": self.verdict(), "notes": list(self.notes),
             "slo": self.slo.to_json() if self.slo else None,
             "band": self.band, "split": self.split, "replicas": self.replicas,
+            "first_token": self.server.first_token_json(self.request.prompt_len) if self.server else None,
+            "load": self.load,
         }
 
 
@@ -462,7 +466,7 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                     kv_cache_dtype_resolved=traffic_kv.kv_dtype, slo=slo,
                     band=band_json(band_for(inventory, hardware, graphs=not request.enforce_eager,
                                             batch=max(request.concurrency))),
-                    split=split, replicas=topology.dp)
+                    split=split, replicas=topology.dp, server=server)
 
 
 def _stage_budgets(num_layers: int, pp: int, stage_weights: list[float], budget: float, weights: float,

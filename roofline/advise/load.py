@@ -27,6 +27,8 @@ from roofline.predict.workload import Workload, generate
 
 SCHEMA = "roofline.load/1"
 RATE_SEARCH_STEPS = 14  # bisection steps of the highest rate keeping the targets (a share of 2^-14 of the span)
+CURVE_SHARES = (0.1, 0.25, 0.4, 0.55, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25)  # of the saturation rate: the chart's rates
+CURVE_REQUESTS = 120  # requests of each of the chart's runs
 
 
 @dataclass
@@ -52,6 +54,16 @@ class Server:
         the chunk's GEMMs, attention over the prompt so far, its KV written), the first token sampled in the
         last, plus the host's time per request."""
         return self.overhead_s + sum(self.pricer.seconds(0, 0, (chunk,)) for chunk in self.chunks(prompt))
+
+    def first_token_json(self, prompt: int) -> dict:
+        """The first token of one request alone, as its parts: the host's time and each prompt step."""
+        steps = [self.pricer.seconds(0, 0, (chunk,)) for chunk in self.chunks(prompt)]
+        rates = self.pricer._terms.rates
+        return {"prompt_len": prompt, "ttft_ms": (self.overhead_s + sum(steps)) * 1e3,
+                "request_overhead_ms": self.overhead_s * 1e3, "prompt_steps_ms": [s * 1e3 for s in steps],
+                "chunk_tokens": self.settings.max_num_batched_tokens,
+                "rates": {"where": rates.where, "kind": rates.kind, "source": rates.source, "band": rates.band},
+                "overhead": {"kind": self.overhead_kind, "source": self.overhead_source}}
 
     def chunks(self, prompt: int) -> list[Chunk]:
         budget = self.settings.max_num_batched_tokens
@@ -121,9 +133,10 @@ class Targets:
         """What of the targets `result` misses, each as a phrase (empty: it keeps them)."""
         out = []
         if self.ttft_p90_s is not None and result.ttft.p90 > self.ttft_p90_s:
-            out.append(f"TTFT p90 {result.ttft.p90 * 1e3:,.0f} ms > {self.ttft_p90_s * 1e3:,.0f} ms")
+            out.append(f"TTFT p90 reaches {result.ttft.p90 * 1e3:,.0f} ms (the target {self.ttft_p90_s * 1e3:,.0f} ms)")
         if self.min_tok_s is not None and result.tpot is not None and 1 / result.tpot.p90 < self.min_tok_s:
-            out.append(f"decode {1 / result.tpot.p90:.1f} tok/s per request (p90) < {self.min_tok_s:g}")
+            out.append(f"decode falls to {1 / result.tpot.p90:.2f} tok/s per request at p90 (the target "
+                       f"{self.min_tok_s:g})")
         return out
 
     def to_json(self) -> dict:
@@ -183,14 +196,17 @@ def highest_rate(server: Server, workload: Workload, targets: Targets, band: flo
     wants = " and ".join(x for x in (
         f"TTFT p90 <= {targets.ttft_p90_s * 1e3:,.0f} ms" if targets.ttft_p90_s is not None else "",
         f">= {targets.min_tok_s:g} tok/s per request (p90)" if targets.min_tok_s is not None else "") if x)
+    span = f" (between {low:.2f} and {high:.2f} within the step model's ±{100 * band:.0f}%)" \
+        if rate is not None and low is not None and high is not None else ""
     if rate is None:
         sentence = (f"no rate keeps {wants}: even a trickle of requests gets "
                     f"{'; '.join(broke) or 'too slow an answer'}")
+    elif rate >= sat:
+        sentence = (f"up to {rate:.2f} requests/s keep {wants}{span}: the server's saturation rate, above which its "
+                    "queue and every first token grow without end, comes first")
     else:
-        span = f" (between {low:.2f} and {high:.2f} within the step model's ±{100 * band:.0f}%)" \
-            if low is not None and high is not None else ""
-        sentence = (f"up to {rate:.2f} requests/s keep {wants}{span}; above it first "
-                    f"{'; '.join(broke)}. Saturation: {sat:.2f} requests/s")
+        sentence = (f"up to {rate:.2f} requests/s keep {wants}{span}; above it first {'; '.join(broke)}. Saturation: "
+                    f"{sat:.2f} requests/s")
     return RateAnswer(rate, low, high, result, broke, sat, sentence)
 
 
@@ -211,6 +227,7 @@ class LoadAnswer:
     targets: Targets | None = None
     answer: RateAnswer | None = None
     first_token_alone_s: float = 0.0
+    curve: list = field(default_factory=list)  # [(rate, LoadResult)] from a trickle to past saturation: the chart
     overhead: dict = field(default_factory=dict)
     scheduler: dict = field(default_factory=dict)
     band: float | None = None
@@ -224,6 +241,9 @@ class LoadAnswer:
                 "scheduler": self.scheduler, "request_overhead": self.overhead,
                 "first_token_alone_ms": self.first_token_alone_s * 1e3,
                 "runs": [{"label": label, "rate": rate, **result.to_json()} for label, rate, result in self.runs],
+                "curve": [{"rate": rate, **{key: getattr(r, key).to_json() if getattr(r, key) else None
+                                            for key in ("ttft", "itl", "tpot", "e2e")},
+                           "request_throughput": r.request_throughput} for rate, r in self.curve],
                 "saturation_rate": self.saturation, "targets": self.targets.to_json() if self.targets else None,
                 "answer": self.answer.to_json() if self.answer else None, "band": self.band}
 
@@ -249,7 +269,49 @@ def answer_load(server: Server, workload: Workload, *, rates: tuple[float, ...] 
     if targets is not None and targets.any:
         out.answer = highest_rate(server, workload, targets, band)
         out.saturation = out.answer.saturation
+    if out.saturation:  # latency against the rate, from a trickle to past saturation (the report's chart)
+        sample = replace(workload, arrival="poisson", requests=min(workload.requests, CURVE_REQUESTS), trace=())
+        out.curve = [(share * out.saturation, serve(server, replace(sample, rate=share * out.saturation)))
+                     for share in CURVE_SHARES]
     return out
+
+
+def load_json(server: Server, decode_band: dict | None, workload: Workload, rates: tuple[float, ...] = (),
+              burst: int | None = None, targets: Targets | None = None, notes: list[str] | tuple = ()) -> dict:
+    """The JSON of a deployment under a load, as capacity, preflight and the Python API attach it: the runs, the
+    saturation rate and, with targets, the highest rate keeping them within the band the step model is sure of
+    (the wider of the decode class's and the prompt rates' validated errors)."""
+    band = max((e for e in ((decode_band or {}).get("error"), server.pricer._terms.rates.band) if e is not None),
+               default=None)
+    answer = answer_load(server, workload, rates=rates, burst=burst,
+                         targets=targets if targets is not None and targets.any else None, band=band)
+    return answer.to_json() | {"notes": list(notes)}
+
+
+def workload_for(*, rates: tuple[float, ...], burst: int | None, trace, requests: int, range_ratio: float,
+                 shared_prefix: float, seed: int, ttft_p90_s: float | None, min_tok_s: float | None, prompt_len: int,
+                 output_len: int):
+    """(Workload, the rates to run, the burst, Targets, notes) of a load asked for (None where nothing asks for
+    one): Poisson at the first rate, or a trace (its requests, whether they carry times, notes: live/traces.py) —
+    replayed at its own times, or spaced at the first rate when it has none."""
+    if not (rates or burst or trace or ttft_p90_s is not None):
+        return None
+    notes: list[str] = []
+    workload = Workload(arrival="poisson", rate=rates[0] if rates else 1.0, requests=requests, prompt_len=prompt_len,
+                        output_len=output_len, range_ratio=range_ratio, shared_prefix=shared_prefix, seed=seed)
+    if trace:
+        requests_, timed, notes = trace
+        notes = list(notes)
+        if not timed:
+            if not rates:
+                raise RooflineError("the trace's requests carry no arrival times: give a request rate to space them")
+            requests_ = [replace(r, arrival_s=i / rates[0]) for i, r in enumerate(requests_)]
+            notes.append(f"the trace's {len(requests_)} requests at a constant {rates[0]:g} requests/s (it has no "
+                         "times)")
+            rates = rates[1:]
+        workload = Workload(arrival="trace", trace=tuple(requests_), prompt_len=requests_[0].prompt,
+                            output_len=requests_[0].output, seed=seed)
+    return workload.validate(), rates, burst, Targets(ttft_p90_s, min_tok_s), notes
 
 
 def prompt_steps(server: Server, prompt: int) -> int:

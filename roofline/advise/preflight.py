@@ -79,6 +79,7 @@ class Preflight:
     effects: list[FlagEffect] = field(default_factory=list)
     break_even_acceptance: float | None = None  # vLLM's accepted / drafted below which speculation loses
     recipe: dict | None = None
+    load: dict | None = None  # the deployment under a load (advise/load.LoadAnswer.to_json), when one was asked
 
     @property
     def starts(self) -> bool:
@@ -106,8 +107,10 @@ class Preflight:
                 "state_bytes_per_token", "ceiling_tok_s", "expected_tok_s", "expected_band", "residuals",
                 "scenario", "quantization")}
             out["capacity"] = p.capacity.to_json()
+            out["first_token"] = out["capacity"]["first_token"]
             out["one_stream"] = p.one.to_json()
             out["at_max_num_seqs"] = p.many.to_json()
+        out["load"] = self.load
         return out
 
 

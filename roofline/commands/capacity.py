@@ -8,7 +8,15 @@ from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
-from .options import deployment_from, deployment_options, draft_inventory, routing_option, source_options
+from .options import (
+    deployment_from,
+    deployment_options,
+    draft_inventory,
+    load_from,
+    load_options,
+    routing_option,
+    source_options,
+)
 from .output import echo, print_json
 
 DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
@@ -42,6 +50,7 @@ DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
 @click.option("--max-ttft", "max_ttft_s", type=types.SECONDS, default=None,
               help="SLO: seconds to a new request's first token (its prefill plus one step of the running batch).")
 @routing_option
+@load_options
 @deployment_options(skip=("tp",))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (schema roofline.capacity/1).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
@@ -50,7 +59,12 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
             output_len, tp, link, gpus, boxes, network, min_tok_s, max_ttft_s, routing, as_json, html_path, **kwargs):
     """How many concurrent requests fit in vLLM's KV cache on this hardware (the token count and
     maximum concurrency vLLM logs at start-up), and the decode curve: aggregate and per-stream tok/s
-    per concurrency, what bounds each point, the knee where decode turns compute-bound, and TTFT."""
+    per concurrency, what bounds each point, the knee where decode turns compute-bound, and TTFT.
+
+    Under load (--request-rate R ..., --burst N, --trace FILE): vLLM's scheduler stepping the step model
+    request by request: TTFT, inter-token latency, time per output token and end-to-end latency (mean, p50,
+    p90, p99), throughput, the queue, the saturation rate; with --ttft-p90 / --min-tok-s the highest rate
+    that keeps them and what breaks first."""
     from roofline.advise.capacity import capacity
     from roofline.advise.deploy import capacity_request, check, deployed_inventory
     from roofline.audit import load_inventory
@@ -76,6 +90,13 @@ def command(model, revision, config_only, no_cache, from_vllm, hardware_name, ba
                                tp=tp, link=link, gpus=gpus, boxes=boxes, network=network)
     inventory = deployed
     result = capacity(inventory, hardware, request)
+    load = load_from(kwargs, request.prompt_len, request.output_len, min_tok_s)
+    if load is not None:
+        from roofline.advise.load import load_json
+
+        workload, rates, burst, targets, notes = load
+        result.load = load_json(result.server, result.band, workload, rates, burst,
+                                targets if targets.ttft_p90_s is not None else None, notes)
     payload = result.to_json()
     if as_json:
         print_json(payload)

@@ -185,3 +185,51 @@ def priced_audit(inventory, scenario, hardware, deployment, use_cache: bool = Tr
                               acceptance_rate=scenario.acceptance_rate, routing=scenario.routing,
                               draft=draft_inventory(deployment, use_cache))
     return run_audit(deployed, scenario, hardware, step_config=config, deployment=deployment)
+
+
+def load_options(func):
+    """The load a server is asked to carry (advise/load.py), in vllm bench serve's words where it has them."""
+    for option in reversed([
+        click.option("--request-rate", "request_rates", type=types.REQUEST_RATE, multiple=True,
+                     help="Requests per second arriving at random (Poisson, as vllm bench serve sends them); "
+                          "several for a sweep: TTFT, inter-token latency and end-to-end latency at each."),
+        click.option("--burst", type=types.REQUESTS, default=None,
+                     help="This many requests sent at once (how TTFT grows as they queue behind each other)."),
+        click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+                     help="Requests from a file: JSONL of arrival time, prompt and output tokens (Mooncake's "
+                          "timestamp / input_length / output_length / hash_ids, or prompt_tokens / output_tokens), "
+                          "vLLM's custom dataset, or a `vllm bench serve --save-detailed` result (replayed)."),
+        click.option("--num-prompts", "num_prompts", type=types.REQUESTS, default=200, show_default=True,
+                     help="Requests of each run at a rate (as vllm bench serve's --num-prompts)."),
+        click.option("--random-range-ratio", "range_ratio", type=types.Number(0, 1, high_open=True), default=0.0,
+                     show_default=True, help="Prompt and output lengths uniform in L x (1 -/+ this) (vllm bench "
+                                             "serve's); 0: every request the same."),
+        click.option("--shared-prefix", type=types.Number(0, 1, high_open=True), default=0.0, show_default=True,
+                     help="Share of every prompt that is one prefix shared by all requests (a system prompt vLLM's "
+                          "prefix cache holds once)."),
+        click.option("--seed", type=types.count(0, 2**32 - 1), default=0, show_default=True,
+                     help="Seed of the arrivals and lengths (a run is reproducible bit for bit)."),
+        click.option("--ttft-p90", "ttft_p90_s", type=types.SECONDS, default=None,
+                     help="Target: 90% of first tokens within this many seconds; answers with the highest request "
+                          "rate that keeps it (with --min-tok-s: both) and what breaks first above it."),
+    ]):
+        func = option(func)
+    return func
+
+
+def load_from(kwargs: dict, prompt_len: int, output_len: int, min_tok_s: float | None = None):
+    """(Workload, rates, burst, Targets, notes) from the load options in `kwargs` (popped), or None where none of them
+    asks for a load (advise/load.workload_for; a --trace read here, at the edge)."""
+    from roofline.advise.load import workload_for
+
+    trace_path = kwargs.pop("trace_path", None)
+    trace = None
+    if trace_path:
+        from roofline.live.traces import read_trace
+
+        trace = read_trace(trace_path)
+    return workload_for(rates=tuple(kwargs.pop("request_rates", ()) or ()), burst=kwargs.pop("burst", None),
+                        trace=trace, requests=kwargs.pop("num_prompts", 200), range_ratio=kwargs.pop("range_ratio", 0.0),
+                        shared_prefix=kwargs.pop("shared_prefix", 0.0), seed=kwargs.pop("seed", 0),
+                        ttft_p90_s=kwargs.pop("ttft_p90_s", None), min_tok_s=min_tok_s, prompt_len=prompt_len,
+                        output_len=output_len)

@@ -7,7 +7,7 @@ from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
-from .options import no_cache_option, quiet_option, routing_option
+from .options import load_from, load_options, no_cache_option, quiet_option, routing_option
 from .output import echo, print_json
 
 
@@ -30,6 +30,10 @@ from .output import echo, print_json
 @click.option("--mean-acceptance-length", type=types.MEAN_ACCEPTANCE_LENGTH, default=None,
               help="Or vLLM's mean acceptance length: 1 + accepted tokens per draft.")
 @routing_option
+@load_options
+@click.option("--min-tok-s", type=types.TOK_S, default=None,
+              help="Target under load: tok/s each request still decodes at (90% of them); with --ttft-p90 the highest "
+                   "request rate keeping both.")
 @click.option("--env", "env_assignments", multiple=True, metavar="KEY=VALUE",
               help="An environment switch of the server (added to the line's and the recipe's).")
 @click.option("--config-only", is_flag=True, help="Build the inventory from config.json alone (no safetensors).")
@@ -39,13 +43,16 @@ from .output import echo, print_json
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Add the preflight section to this HTML report, or write one.")
 def command(serve_line, recipe_path, overrides, hardware_name, bandwidth, prompt_len, output_len, acceptance_rate,
-            mean_acceptance_length, routing, env_assignments, config_only, no_cache, as_json, html_path):
+            mean_acceptance_length, routing, min_tok_s, env_assignments, config_only, no_cache, as_json, html_path,
+            **load_kwargs):
     """What a written-down vLLM deployment will do, before it starts: a whole serve line after --
     (`vllm serve MODEL --flags`, or `python -m vllm.entrypoints.openai.api_server --model MODEL`,
     KEY=VALUE assignments before it) or a --recipe file. Memory per GPU and whether it fits, the KV
     tokens and concurrency vLLM will log, bytes per token and what stayed BF16, tok/s at one stream and
     at --max-num-seqs, TTFT, the validated band, what vLLM would refuse, and what each flag costs or
-    buys against vLLM's default."""
+    buys against vLLM's default. Under load (--request-rate, --burst, --trace; targets --ttft-p90,
+    --min-tok-s): the deployment's latencies at each, its saturation rate and the highest rate keeping the
+    targets."""
     from roofline.advise.preflight import Workload, preflight
     from roofline.audit import load_inventory
     from roofline.predict.deployment import acceptance_for, parse_env_assignments, parse_serve_line
@@ -78,6 +85,15 @@ def command(serve_line, recipe_path, overrides, hardware_name, bandwidth, prompt
                                 acceptance_rate=per_token),
                        draft=draft_inventory(deployment, not no_cache),
                        recipe=recipe.to_json() if recipe else None)
+    load = load_from(load_kwargs, prompt_len, output_len, min_tok_s)
+    if load is not None and answer.priced is not None:
+        from roofline.advise.load import load_json
+
+        workload, rates, burst, targets, notes = load
+        answer.load = load_json(answer.priced.capacity.server, answer.priced.capacity.band, workload, rates, burst,
+                                targets, notes)
+    elif min_tok_s is not None:
+        raise click.UsageError("--min-tok-s is a target under load: give --ttft-p90, --request-rate, --burst or --trace")
     payload = answer.to_json()
     if html_path:
         from roofline.reports import update_report

@@ -29,6 +29,7 @@ class PrefillRates:
     source: str
     where: str  # the table row: "cc 9.0", "gb10", "default"
     prompt_independence: float = 1.0  # predict/prefill.toml [routing]
+    band: float | None = None  # the error the fit showed on models it was not fitted to (90% of them within it)
     ramp_tokens: dict = None  # gemm / moe -> the M (tokens; a MoE's: per expert) at which a GEMM reaches half its share
 
     def gemm_share(self, compute: str) -> float:
@@ -61,6 +62,7 @@ def prefill_rates(hardware: Hardware) -> PrefillRates:
                         scan=dict(default["scan"]) | dict(row.get("scan", {})), kind=row["kind"],
                         source=row["source"], where=where,
                         ramp_tokens=dict(default["ramp_tokens"]) | dict(row.get("ramp_tokens", {})),
+                        band=row.get("band", default.get("band")),
                         prompt_independence=table["routing"]["prompt_independence"])
 
 

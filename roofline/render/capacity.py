@@ -54,5 +54,9 @@ def render_capacity(payload: dict) -> str:
     lines += wrapped(payload["verdict"], width, "  ")
     if payload.get("slo"):
         lines += wrapped(f"SLO: {payload['slo']['sentence']}", width, "  ")
+    if payload.get("load"):
+        from .load import render_load
+
+        lines += render_load(payload["load"], width)
     lines += [line for note in payload["notes"] for line in wrapped(f"note: {note}", width, "  ")]
     return "\n".join(lines)

@@ -55,7 +55,7 @@ def render_preflight(payload: dict) -> str:
         f"  ceiling             {audit['ceiling_tok_s']:.1f} tok/s one stream",
         f"  1 stream            {one['aggregate_tok_s']:.1f} tok/s{band_text}  ({one['bound']}-bound, step "
         f"{milliseconds(one['step_ms'])})",
-        f"  {many_label:<20}{many['aggregate_tok_s']:.1f} tok/s, {many['per_stream_tok_s']:.1f} each  "
+        f"  {many_label:<19} {many['aggregate_tok_s']:.1f} tok/s, {many['per_stream_tok_s']:.1f} each  "
         f"({many['bound']}-bound)",
         f"  TTFT                {milliseconds(cap['ttft_ms'])} for a {work['prompt_len']:,}-token prompt",
     ]
@@ -71,6 +71,10 @@ def render_preflight(payload: dict) -> str:
                    f"it pays above {even:.0%}, so it {'gains' if rate >= even else 'loses'} here")
         lines += wrapped(f"speculation: {rate:.0%} of drafted tokens accepted (as vLLM reports it); {verdict}. Not "
                          "validated: the band above is of decoding without speculation", width, "  ", "    ")
+    if payload.get("load"):
+        from .load import render_load
+
+        lines += [""] + render_load(payload["load"], width)
     if payload["effects"]:
         lines += ["", "what each flag costs or buys against vLLM's default (the same pricing without it):"]
         rows = []
