@@ -314,5 +314,23 @@ def workload_for(*, rates: tuple[float, ...], burst: int | None, trace, requests
     return workload.validate(), rates, burst, Targets(ttft_p90_s, min_tok_s), notes
 
 
+def compare_run(run, result: LoadResult) -> dict:
+    """A measured run (live/result_files.LoadRun) beside the load model's run of the same requests: each metric's
+    mean and percentiles, measured, predicted and their error."""
+    metrics = {}
+    for key in ("ttft", "itl", "tpot", "e2e"):
+        ours = getattr(result, key)
+        measured = run.measured.get(key) or {}
+        metrics[key] = {q: {"measured_ms": measured.get(f"{q}_ms"),
+                            "predicted_ms": getattr(ours, q) * 1e3 if ours else None,
+                            "error": (getattr(ours, q) * 1e3 / measured[f"{q}_ms"] - 1)
+                            if ours and measured.get(f"{q}_ms") else None}
+                        for q in ("mean", "p50", "p90", "p99")}
+    return {"label": run.label, "tool": run.tool, "arrival": run.arrival, "rate": run.rate,
+            "requests": len(run.requests) or run.num_prompts, "prompt_len": run.prompt_len,
+            "output_len": run.output_len, "metrics": metrics,
+            "throughput": {"measured": run.throughput, "predicted": result.request_throughput}}
+
+
 def prompt_steps(server: Server, prompt: int) -> int:
     return max(1, math.ceil(prompt / server.settings.max_num_batched_tokens))

@@ -88,10 +88,16 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
 
         measured_by = f"roofline bench {redact_url(url)}"
     elif bench_json:
-        from roofline.live.result_files import checked_measurement
+        from roofline.live.result_files import checked_measurement, open_loop_runs
 
         where = f"--bench-json {bench_json}"
-        bench, tool = checked_measurement(load_json(bench_json, "--bench-json"), where)
+        data = load_json(bench_json, "--bench-json")
+        runs = open_loop_runs(data, where)
+        if runs:
+            if not model:
+                raise click.UsageError("an open-loop result is validated against MODEL's load model: give MODEL")
+            return _validate_load(model, runs, bench_json, kwargs, revision, config_only, no_cache, as_json)
+        bench, tool = checked_measurement(data, where)
         measured_by = f"{tool or 'roofline bench'} (saved: {os.path.basename(bench_json)})"
         streams = bench.get("concurrency")
         if isinstance(streams, int) and streams > 1 and "batch" not in explicit:
@@ -172,6 +178,47 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         echo(f"not recorded: {not_recorded}")
     if html_path:
         echo(f"report: {html_path}")
+
+
+def _validate_load(model, runs, bench_json, kwargs, revision, config_only, no_cache, as_json) -> None:
+    """An open-loop (or burst) result file beside the load model: each run's requests (replayed at their own start
+    times where the file has them, else arriving at its rate as its tool sent them) through the deployment the
+    options say, its TTFT, inter-token latency, time per output token and end-to-end latency beside the file's."""
+    from roofline.advise.capacity import capacity
+    from roofline.advise.deploy import capacity_request, check, deployed_inventory
+    from roofline.advise.load import compare_run, serve
+    from roofline.audit import load_inventory
+    from roofline.predict.workload import Workload
+    from roofline.render.validate import render_load_validation
+
+    scenario, hardware, deployment = scenario_from(kwargs, model)
+    inventory = load_inventory(model, revision=revision, config_only=config_only, use_cache=not no_cache)
+    check(deployment, inventory, hardware)
+    longest = max(max((r.prompt + r.output for r in run.requests), default=run.prompt_len + run.output_len)
+                  for run in runs)
+    if deployment.max_model_len is None:
+        from dataclasses import replace
+
+        deployment = replace(deployment, max_model_len=max(longest, scenario.context))
+    request = capacity_request(deployment, inventory, hardware, scenario.acceptance_rate, levels=(1,),
+                               prompt_len=runs[0].prompt_len, output_len=runs[0].output_len, routing=scenario.routing)
+    sized = capacity(deployed_inventory(inventory, deployment), hardware, request)
+    rows = []
+    for run in runs:
+        if run.requests:
+            workload = Workload(arrival="trace", trace=run.requests, prompt_len=run.prompt_len,
+                                output_len=run.output_len)
+        else:
+            workload = Workload(arrival=run.arrival, rate=run.rate, requests=run.num_prompts,
+                                prompt_len=run.prompt_len, output_len=run.output_len)
+        rows.append(compare_run(run, serve(sized.server, workload)))
+    payload = {"schema": "roofline.validate_load/1", "model": model, "hardware": hardware.key, "file": bench_json,
+               "deployment": deployment.to_json(), "runs": rows,
+               "first_token_alone": sized.server.first_token_json(runs[0].prompt_len)}
+    if as_json:
+        print_json(payload)
+    else:
+        echo(render_load_validation(payload))
 
 
 def _curve(inventory, hardware, scenario, bench: dict) -> tuple[list[dict], int | None]:

@@ -267,3 +267,152 @@ def measured_levels(data, where: str) -> tuple[str, list[tuple[int, int, float]]
         if per_stream is not None:
             levels[int(level["concurrency"])] = float(per_stream)
     return tool or "roofline bench", [(c, context, rate) for c, rate in sorted(levels.items())]
+
+
+# ----------------------------------------------------------------------------- open-loop loads
+
+LOAD_METRICS = ("ttft", "itl", "tpot", "e2e")  # roofline's names; vLLM's e2el is e2e
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """One open-loop (or burst) run of a result file: how its requests arrived and what each latency measured."""
+
+    tool: str
+    label: str
+    arrival: str  # trace (every request's own start time) | poisson | constant | burst
+    rate: float | None
+    requests: tuple  # predict.workload.Request of a replayable run (its start times), else ()
+    num_prompts: int
+    prompt_len: int
+    output_len: int
+    measured: dict  # metric -> {"mean_ms", "p50_ms", "p90_ms", "p99_ms"} (None where the file has none)
+    throughput: float | None  # completed requests per second
+
+
+class VllmOpenLoop(msgspec.Struct, forbid_unknown_fields=False):
+    completed: Annotated[int, Meta(ge=1, le=1 << 40)]
+    total_input_tokens: Annotated[int, Meta(ge=0, le=1 << 50)]
+    total_output_tokens: Annotated[int, Meta(ge=1, le=1 << 50)]
+    request_rate: Annotated[float, Meta(gt=0, le=1e9)] | Annotated[str, Meta(max_length=16)]
+    max_concurrency: Annotated[int, Meta(ge=1, le=BATCH_LIMIT)] | None = None
+    request_throughput: Annotated[float, Meta(ge=0, le=1e9)] | None = None
+    start_times: Annotated[list[Annotated[float, Meta(ge=0, le=1e12)]], Meta(max_length=1 << 20)] | None = None
+    input_lens: Annotated[list[Annotated[int, Meta(ge=0, le=CONTEXT_LIMIT)]], Meta(max_length=1 << 20)] | None = None
+    output_lens: Annotated[list[Annotated[int, Meta(ge=0, le=CONTEXT_LIMIT)]], Meta(max_length=1 << 20)] | None = None
+
+
+def _ms(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        0 <= value <= 1e10 else None
+
+
+def open_loop_runs(data, where: str) -> list[LoadRun] | None:
+    """The open-loop runs of a result file (vllm bench serve at a --request-rate without --max-concurrency, or a
+    burst; guidellm's poisson / constant benchmarks), or None where it holds none (a closed-loop file)."""
+    from roofline.predict.workload import Request
+
+    if not isinstance(data, dict):
+        return None
+    if "median_tpot_ms" in data and "request_rate" in data and data.get("max_concurrency") in (None, 0):
+        run = checked(data, VllmOpenLoop, where)
+        rate = None if isinstance(run.request_rate, str) else float(run.request_rate)
+        if isinstance(run.request_rate, str) and run.request_rate != "inf":
+            raise RooflineError(f"{where}: request_rate {run.request_rate[:16]!r} is not a rate")
+        prompt, output = run.total_input_tokens / run.completed, run.total_output_tokens / run.completed
+        requests = ()
+        if run.start_times and run.input_lens and run.output_lens and \
+                len(run.start_times) == len(run.input_lens) == len(run.output_lens):
+            start = min(run.start_times)
+            requests = tuple(Request(t - start, max(1, n), max(1, o))
+                             for t, n, o in zip(run.start_times, run.input_lens, run.output_lens))
+        measured = {ours: {f"{q}_ms": _ms(data.get(f"{key}_{theirs}_ms"))
+                           for q, key in (("mean", "mean"), ("p50", "median"), ("p90", "p90"), ("p99", "p99"))
+                           for theirs in [name]}
+                    for ours, name in (("ttft", "ttft"), ("itl", "itl"), ("tpot", "tpot"), ("e2e", "e2el"))}
+        arrival = "trace" if requests else ("burst" if rate is None else "poisson")
+        label = "burst" if rate is None else f"{rate:g} req/s"
+        return [LoadRun("vllm bench serve", label, arrival, rate, requests, run.completed, round(prompt),
+                        round(output), measured, run.request_throughput)]
+    if "benchmarks" in data and "latency_mode" not in data:
+        return _guidellm_loads(data, where)
+    return None
+
+
+class _Percentiles(msgspec.Struct, forbid_unknown_fields=False):
+    p50: Count | None = None
+    p90: Count | None = None
+    p99: Count | None = None
+
+
+class _Summary(msgspec.Struct, forbid_unknown_fields=False):
+    mean: Count | None = None
+    median: Count | None = None
+    percentiles: _Percentiles | None = None
+
+
+class _Status(msgspec.Struct, forbid_unknown_fields=False):
+    successful: _Summary | None = None
+
+
+class _LoadMetrics(msgspec.Struct, forbid_unknown_fields=False):
+    time_to_first_token_ms: _Status | None = None
+    inter_token_latency_ms: _Status | None = None
+    time_per_output_token_ms: _Status | None = None
+    request_latency: _Status | None = None  # seconds
+    requests_per_second: _Status | None = None
+    prompt_token_count: _Status | None = None
+    output_token_count: _Status | None = None
+
+
+class _Strategy(msgspec.Struct, forbid_unknown_fields=False):
+    type_: Annotated[str, Meta(max_length=64)] | None = None
+    rate: Annotated[float, Meta(gt=0, le=1e9)] | None = None
+
+
+class _Config(msgspec.Struct, forbid_unknown_fields=False):
+    strategy: _Strategy | None = None
+
+
+class _GuidellmLoad(msgspec.Struct, forbid_unknown_fields=False):
+    metrics: _LoadMetrics
+    config: _Config | None = None
+
+
+class _GuidellmLoads(msgspec.Struct, forbid_unknown_fields=False):
+    benchmarks: Annotated[list[_GuidellmLoad], Meta(min_length=1, max_length=4096)]
+
+
+def _guidellm_loads(data: dict, where: str) -> list[LoadRun] | None:
+    report = checked(data, _GuidellmLoads, where)
+    out = []
+    for bench in report.benchmarks:
+        strategy = bench.config.strategy if bench.config else None
+        kind = (strategy.type_ or "") if strategy else ""
+        if kind not in ("poisson", "constant") or not strategy.rate:
+            continue
+        m = bench.metrics
+
+        def summary(status: _Status | None, scale: float = 1.0) -> dict:
+            s = status.successful if status else None
+            p = s.percentiles if s else None
+            median = s.median if s and s.median is not None else (p.p50 if p else None)
+
+            def scaled(value):
+                return None if value is None else value * scale
+            return {"mean_ms": scaled(s.mean if s else None), "p50_ms": scaled(median),
+                    "p90_ms": scaled(p.p90 if p else None), "p99_ms": scaled(p.p99 if p else None)}
+        prompt = (m.prompt_token_count.successful.mean if m.prompt_token_count and m.prompt_token_count.successful
+                  else None)
+        output = (m.output_token_count.successful.mean if m.output_token_count and m.output_token_count.successful
+                  else None)
+        if not prompt or not output:
+            raise RooflineError(f"{where}: a {kind} benchmark without its prompt and output token counts")
+        rps = m.requests_per_second.successful.mean if m.requests_per_second and m.requests_per_second.successful \
+            else None
+        out.append(LoadRun("guidellm", f"{strategy.rate:g} req/s ({kind})", kind, float(strategy.rate), (), 200,
+                           round(prompt), round(output),
+                           {"ttft": summary(m.time_to_first_token_ms), "itl": summary(m.inter_token_latency_ms),
+                            "tpot": summary(m.time_per_output_token_ms), "e2e": summary(m.request_latency, 1e3)},
+                           rps))
+    return out or None

@@ -40,3 +40,27 @@ def render_curve(rows: list[dict], knee: int | None) -> str:
     lines = ["concurrency sweep beside the predicted curve"
              + (f" (predicted knee: compute-bound from {knee})" if knee else " (no predicted knee in this range)") + ":"]
     return "\n".join(lines + ["  " + line for line in text_table(table, right={0, 1, 2, 3, 4, 5})])
+
+
+def render_load_validation(payload: dict) -> str:
+    """An open-loop result beside the load model (commands/validate.py _validate_load)."""
+    from .text import text_table
+
+    lines = [f"validate under load: {payload['model']} on {payload['hardware']} ({payload['file']})"]
+    first = payload["first_token_alone"]
+    lines.append(f"  one request alone: first token in {first['ttft_ms']:.1f} ms (prompt {first['prompt_len']:,})")
+    rows = [["run", "metric", "mean", "p50", "p90", "p99"]]
+
+    def cell(q: dict) -> str:
+        if q["measured_ms"] is None or q["predicted_ms"] is None:
+            return "-" if q["predicted_ms"] is None else f"- / {q['predicted_ms']:.1f}"
+        return f"{q['measured_ms']:.1f} / {q['predicted_ms']:.1f} ({100 * q['error']:+.0f}%)"
+    for run in payload["runs"]:
+        for key, name in (("ttft", "TTFT ms"), ("itl", "ITL ms"), ("tpot", "TPOT ms"), ("e2e", "E2E ms")):
+            m = run["metrics"][key]
+            rows.append([run["label"], name, cell(m["mean"]), cell(m["p50"]), cell(m["p90"]), cell(m["p99"])])
+        thr = run["throughput"]
+        if thr["measured"] is not None:
+            rows.append([run["label"], "req/s done", "", f"{thr['measured']:.2f} / {thr['predicted']:.2f}", "", ""])
+    lines += ["  measured / predicted (error)"] + ["  " + line for line in text_table(rows, right={2, 3, 4, 5})]
+    return "\n".join(lines)
