@@ -334,3 +334,36 @@ def compare_run(run, result: LoadResult) -> dict:
 
 def prompt_steps(server: Server, prompt: int) -> int:
     return max(1, math.ceil(prompt / server.settings.max_num_batched_tokens))
+
+
+def server_under_load(server: Server, metrics) -> dict | None:
+    """What a running server's own histograms say of its latency (live/server_facts.Metrics: vLLM's
+    time_to_first_token, request_queue_time, request_prefill_time, inter_token_latency since it started), beside
+    what the load model prices for its mean request alone: where the first token's time goes (waiting in the
+    queue, or the prompt steps: other requests' decodes and chunks sharing them), and the saturation rate at its
+    mean lengths. None where the server has served nothing."""
+    ttft, queue, prefill = metrics.mean("ttft"), metrics.mean("queue"), metrics.mean("prefill")
+    prompt, output = metrics.mean("prompt_len"), metrics.mean("output_len")
+    if ttft is None or not prompt or not output:
+        return None
+    alone = server.first_token_s(max(1, round(prompt)))
+    sat = saturation(server, Workload(requests=64, prompt_len=max(1, round(prompt)), output_len=max(1, round(output))))
+    findings = []
+    if queue is not None and queue > 0.25 * ttft:
+        findings.append(f"requests wait {queue * 1e3:,.0f} ms in vLLM's queue before their first step, of a "
+                        f"{ttft * 1e3:,.0f} ms first token: the server admits them slower than they arrive (KV "
+                        f"blocks or max_num_seqs full); at these lengths it completes at most {sat:.2f} requests/s")
+    if prefill is not None and prefill > 1.5 * (alone - server.overhead_s):
+        findings.append(f"a prompt's steps take {prefill * 1e3:,.0f} ms where one request alone takes "
+                        f"{(alone - server.overhead_s) * 1e3:,.0f} ms: its chunks share steps with the other requests' "
+                        "decodes and prompts (mixed steps); a smaller --max-num-batched-tokens trades a longer first "
+                        "token for steadier decodes, a larger one the reverse")
+    running, waiting = metrics.total("running"), metrics.total("waiting")
+    return {"measured": {"ttft_mean_ms": ttft * 1e3, "queue_mean_ms": None if queue is None else queue * 1e3,
+                         "prefill_mean_ms": None if prefill is None else prefill * 1e3,
+                         "itl_mean_ms": None if metrics.mean("itl") is None else metrics.mean("itl") * 1e3,
+                         "prompt_mean": prompt, "output_mean": output, "running": running, "waiting": waiting,
+                         "preemptions": metrics.total("preemptions")},
+            "predicted": {"first_token_alone_ms": alone * 1e3, "saturation_rate": sat,
+                          "request_overhead_ms": server.overhead_s * 1e3},
+            "findings": findings}

@@ -106,7 +106,7 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
 
         changed = what_if(obs.inventory, hardware, obs.serving, changes, per_token if acceptance_given else None,
                           draft=draft)
-    payload = doctor_json(obs, diagnosis, hardware, what_if=changed)
+    payload = doctor_json(obs, diagnosis, hardware, what_if=changed, under_load=_under_load(obs, hardware))
     if as_json:
         print_json(payload)
     else:
@@ -126,6 +126,24 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
         raise RooflineError(f"what if {'  '.join(given for _, given in changes.spelled)}: vLLM refuses it: {first}")
     if obs.problems:
         raise click.exceptions.Exit(3)
+
+
+def _under_load(obs, hardware) -> dict | None:
+    """The server's own latency histograms beside the load model of its configuration (advise/load.py)."""
+    facts = obs.facts
+    if facts is None or facts.metrics is None or not facts.num_kv_blocks or not facts.block_size:
+        return None
+    import math
+
+    from roofline.advise.load import server_for, server_under_load
+    from roofline.predict.scheduler_config import scheduler_settings
+
+    block = facts.block_size
+    server = server_for(obs.inventory, hardware, obs.serving.step_config(obs.inventory, hardware),
+                        scheduler_settings(obs.serving.deployment(), hardware), num_blocks=facts.num_kv_blocks,
+                        blocks_for=lambda tokens: math.ceil(tokens / block),
+                        max_model_len=facts.max_model_len or 1 << 20)
+    return server_under_load(server, facts.metrics)
 
 
 def _kv_fp8_supported(obs, hardware) -> bool:

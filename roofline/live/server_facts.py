@@ -38,6 +38,13 @@ class Metrics:
             return None
         return sum(v for _, v in values)
 
+    def mean(self, key: str) -> float | None:
+        """The mean of the histogram doctor.toml names `key` (its _sum over its _count), None when absent or empty."""
+        total, count = self.total(f"{key}_sum"), self.total(f"{key}_count")
+        if total is None or not count or count < 0 or total < 0:
+            return None
+        return total / count
+
     def labels(self, key: str) -> dict | None:
         values = self.samples.get(series()[key])
         return dict(values[0][0]) if values else None

@@ -12,7 +12,8 @@ from .text import text_table
 
 SCHEMA = "roofline.doctor/1"
 
-def doctor_json(obs: Observation, diagnosis: Diagnosis, hardware: Hardware, what_if: WhatIf | None = None) -> dict:
+def doctor_json(obs: Observation, diagnosis: Diagnosis, hardware: Hardware, what_if: WhatIf | None = None,
+                under_load: dict | None = None) -> dict:
     facts, engine, serving = obs.facts, obs.engine, obs.serving
     bench = obs.bench
     measured = obs.measured_tok_s
@@ -58,6 +59,7 @@ def doctor_json(obs: Observation, diagnosis: Diagnosis, hardware: Hardware, what
         "ceiling_tok_s": diagnosis.ceiling_tok_s,
         "causes": [cause.to_json() for cause in diagnosis.causes],
         "what_if": what_if.to_json() if what_if is not None else None,
+        "under_load": under_load,
         "unseen": list(dict.fromkeys(obs.unseen)),
         "problems": list(obs.problems),
         "notes": list(obs.notes) + list(diagnosis.notes),
@@ -108,6 +110,7 @@ def render_doctor(payload: dict) -> str:
     else:
         lines.append("  no configuration cause found")
     lines += _what_if_lines(payload.get("what_if"))
+    lines += _under_load_lines(payload.get("under_load"))
     estimate = payload.get("vllm_estimate")
     if estimate:
         lines.append(f"  vLLM's own estimate: {estimate['vllm_read_bytes_per_token'] / 1e6:.3g} MB/token read vs "
@@ -116,6 +119,23 @@ def render_doctor(payload: dict) -> str:
     for title, key in (("could not see", "unseen"), ("partial", "problems"), ("note", "notes")):
         lines += [f"  {title}: {line}" for line in payload.get(key) or []]
     return "\n".join(lines)
+
+
+def _under_load_lines(load: dict | None) -> list[str]:
+    """What the server's own latency histograms say, beside the load model of its configuration."""
+    if not load:
+        return []
+    m, p = load["measured"], load["predicted"]
+    parts = [f"first token {m['ttft_mean_ms']:,.0f} ms on average"]
+    if m["queue_mean_ms"] is not None:
+        parts.append(f"{m['queue_mean_ms']:,.0f} ms of it queued")
+    if m["prefill_mean_ms"] is not None:
+        parts.append(f"{m['prefill_mean_ms']:,.0f} ms in the prompt's steps")
+    lines = [f"  under load (the server's histograms since it started, requests of {m['prompt_mean']:,.0f} + "
+             f"{m['output_mean']:,.0f} tokens): " + ", ".join(parts) + f"; alone such a request's first token takes "
+             f"{p['first_token_alone_ms']:,.0f} ms, and the server completes at most {p['saturation_rate']:.2f} "
+             "requests/s of them"]
+    return lines + [f"    {line}" for line in load["findings"]]
 
 
 def _what_if_lines(what: dict | None) -> list[str]:
