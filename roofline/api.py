@@ -66,7 +66,7 @@ class _Load(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     min_tok_s: _ranged("tok_s") | None = None
 
 
-def _load(args: dict, prompt_len: int, output_len: int, function: str):
+def _load(args: dict, prompt_len: int, output_len: int, function: str, targets_alone: bool = False):
     """The load asked of roofline.capacity / preflight (None: none), checked as the CLI checks it."""
     _checked(_Load, function, args)
     rates = args["request_rate"]
@@ -81,7 +81,7 @@ def _load(args: dict, prompt_len: int, output_len: int, function: str):
     return workload_for(rates=rates, burst=args["burst"], trace=trace, requests=args["num_prompts"],
                         range_ratio=args["random_range_ratio"], shared_prefix=args["shared_prefix"], seed=args["seed"],
                         ttft_p90_s=args["ttft_p90"], min_tok_s=args["min_tok_s"], prompt_len=prompt_len,
-                        output_len=output_len)
+                        output_len=output_len, targets_alone=targets_alone)
 
 
 class _CapacityArgs(_Common, forbid_unknown_fields=True, kw_only=True):
@@ -91,6 +91,11 @@ class _CapacityArgs(_Common, forbid_unknown_fields=True, kw_only=True):
     output_len: _ranged("prompt_tokens") = 256
     revision: Text | None = None
     config_only: bool = False
+
+
+class _Lengths(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    prompt_len: _ranged("prompt_tokens")
+    output_len: _ranged("prompt_tokens")
 
 
 class _PlanArgs(_Common, forbid_unknown_fields=True, kw_only=True):
@@ -227,8 +232,13 @@ def plan(model: str, *, hardware: str = "gb10", bandwidth: float | None = None,
          context: int | None = None, kv_cache_dtype: str = "auto", routing: str = "uniform",
          speculative_tokens: int = 0, acceptance_rate: float | None = None,
          mean_acceptance_length: float | None = None, env: Mapping[str, str] | None = None,
-         use_cache: bool = True, **vllm_args):
-    """`roofline plan MODEL`: a Plan (.recommendations ranked, .to_json()) for one device and workload."""
+         use_cache: bool = True, request_rate: float | None = None, burst: int | None = None, trace: str | None = None,
+         num_prompts: int = 200, random_range_ratio: float = 0.0, shared_prefix: float = 0.0, seed: int = 0,
+         prompt_len: int = 512, output_len: int = 256, ttft_p90: float | None = None, min_tok_s: float | None = None,
+         **vllm_args):
+    """`roofline plan MODEL`: a Plan (.recommendations ranked, .to_json()) for one device and workload; with a load
+    (one request_rate, a burst or a trace, and / or the targets ttft_p90 seconds and min_tok_s) the rows ranked
+    under it, each row's run as .load (the JSON `plan --request-rate ...` prints)."""
     from roofline.advise.deploy import check, plan_workload
     from roofline.advise.recommend import build_plan
     from roofline.audit import is_quantized
@@ -250,9 +260,16 @@ def plan(model: str, *, hardware: str = "gb10", bandwidth: float | None = None,
     deployment, per_token = _deployment(model, {**vllm_args, "kv_cache_dtype": kv_cache_dtype}, env,
                                         speculative_tokens, acceptance_rate, mean_acceptance_length)
     check(deployment, given, target)
+    from roofline.advise.plan_load import plan_load
+
+    _checked(_Lengths, "plan", dict(prompt_len=prompt_len, output_len=output_len))
+    load = plan_load(_load(dict(request_rate=request_rate, burst=burst, trace=trace, num_prompts=num_prompts,
+                                random_range_ratio=random_range_ratio, shared_prefix=shared_prefix, seed=seed,
+                                ttft_p90=ttft_p90, min_tok_s=min_tok_s), prompt_len, output_len, "plan",
+                           targets_alone=True))
     return build_plan(inventory, target, formats=list(formats), recipes=list(recipes), concurrency=concurrency,
                       context=context, kv_cache_dtype=deployment.kv_cache_dtype, routing=routing, base_of=base_of,
-                      served_as=model, deployment=plan_workload(deployment, per_token))
+                      served_as=model, deployment=plan_workload(deployment, per_token), load=load)
 
 
 def preflight(serve_line: str | list[str] | None = None, *, recipe: str | None = None,

@@ -290,11 +290,12 @@ def load_json(server: Server, decode_band: dict | None, workload: Workload, rate
 
 def workload_for(*, rates: tuple[float, ...], burst: int | None, trace, requests: int, range_ratio: float,
                  shared_prefix: float, seed: int, ttft_p90_s: float | None, min_tok_s: float | None, prompt_len: int,
-                 output_len: int):
+                 output_len: int, targets_alone: bool = False):
     """(Workload, the rates to run, the burst, Targets, notes) of a load asked for (None where nothing asks for
     one): Poisson at the first rate, or a trace (its requests, whether they carry times, notes: live/traces.py) —
-    replayed at its own times, or spaced at the first rate when it has none."""
-    if not (rates or burst or trace or ttft_p90_s is not None):
+    replayed at its own times, or spaced at the first rate when it has none. `targets_alone`: --min-tok-s asks
+    for a load by itself (plan's; capacity's --min-tok-s alone is its concurrency answer)."""
+    if not (rates or burst or trace or ttft_p90_s is not None or (targets_alone and min_tok_s is not None)):
         return None
     notes: list[str] = []
     workload = Workload(arrival="poisson", rate=rates[0] if rates else 1.0, requests=requests, prompt_len=prompt_len,

@@ -36,6 +36,7 @@ from roofline.predict.traffic import ROUTINGS, Scenario, Traffic, compute_traffi
 
 from .serve import parallel_flags, ray_setup, unified_memory_flags, workload_flags
 from .simulate import get_recipe, producer, simulate, simulate_all
+from .plan_load import PlanLoad, RowLoad, row_load, row_request
 from .ties import Evidence, break_ties, tolerance
 
 PLAIN = set(PLAIN_FORMATS.values())
@@ -61,6 +62,7 @@ class Workload:
     speculative_tokens: int = 0
     acceptance_rate: float = 0.7
     backend_names: tuple[str, ...] = ()  # --linear-backend / --moe-backend given: only rows on them
+    load: PlanLoad | None = None  # a request rate / trace / burst and targets: rows ranked under it (plan_load.py)
 
     def validate(self) -> "Workload":
         if self.concurrency < 1:
@@ -103,6 +105,7 @@ class Recommendation:
     tied_with: list[str] = field(default_factory=list)
     decided_by: str = ""  # the evidence that put this one first in its tie
     given: bool = False  # the checkpoint the user gave, priced as it is (not a simulated format)
+    load: RowLoad | None = None  # the row under the plan's load, when one is asked for
 
     def serve_command(self) -> str:
         env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(self.env.items()))
@@ -125,6 +128,7 @@ class Recommendation:
         }
         if self.tensor_parallel is not None:
             out["tensor_parallel"] = self.tensor_parallel
+        out["load"] = self.load.to_json() if self.load is not None else None
         out["tie"] = ({"group": self.tie_group, "tied_with": self.tied_with, "decided_by": self.decided_by}
                       if self.tie_group else None)
         return out
@@ -276,6 +280,10 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
         rec.reasons[:0] = _residual_reasons(sim, traffic1, rec.format, fp8[1].bytes_per_token if fp8 else None)
     key = (lambda r: (r.fits, r.aggregate_tok_s, r.single_stream_tok_s)) if workload.concurrency > 1 else \
         (lambda r: (r.fits, r.single_stream_tok_s, r.aggregate_tok_s))
+    if workload.load is not None:  # under a load: the rows keeping its targets, then the highest rate keeping them
+        for rec in results:
+            rec.load = _under_load(sims[(rec.format, rec.recipe)][0], hardware, workload, rec)
+        key = lambda r: (r.fits and r.load.keeps, r.load.merit, r.single_stream_tok_s)  # noqa: E731
     results.sort(key=key, reverse=True)
     evidence = evidence or Evidence.gather(base_model_name(base.model_id), hardware.key)
     tol, _ = tie_tolerance(base, hardware, workload)
@@ -287,6 +295,39 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
         top.reasons.insert(0, f"a tie within ±{100 * tol:.0f}% (the model's validated error here) with "
                               f"{', '.join(top.tied_with)}; decided by: {top.decided_by}")
     return results, list(dict.fromkeys(notes))  # a format under several recipes says its note once
+
+
+def _under_load(sim: Inventory, hardware: Hardware, workload: Workload, rec: Recommendation) -> RowLoad:
+    """The row served as its serve line says (capacity sizes its KV cache), run at the plan's load; a row that does
+    not fit is not run; the top rows say how it went in their reasons."""
+    if not rec.fits:
+        return RowLoad(None, False, [], refused="does not fit the memory budget")
+    utilization = min(0.95, workload.memory_budget_gb / hardware.usable_memory_gb) if workload.memory_budget_gb \
+        else None
+    request = row_request(workload.load, context=workload.context, kv_cache_dtype=rec.kv_cache_dtype,
+                          backend=rec.backend, tp=workload.tp, link=workload.link, graphs=workload.graphs,
+                          speculative_tokens=workload.speculative_tokens, acceptance_rate=workload.acceptance_rate,
+                          gpu_memory_utilization=utilization)
+    out = row_load(sim, hardware, request, workload.load)
+    rec.reasons.insert(0, _load_reason(workload.load, out))
+    return out
+
+
+def _load_reason(load: PlanLoad, row: RowLoad) -> str:
+    if row.result is None:
+        return (f"under {load.label}: not run ({row.refused})" if row.refused else
+                f"no rate keeps the targets: {'; '.join(row.broken) or 'even a trickle misses them'}")
+    r = row.result
+    said = (f"under {load.label}: TTFT p90 {r.ttft.p90 * 1e3:,.0f} ms"
+            + (f", TPOT p90 {r.tpot.p90 * 1e3:.1f} ms" if r.tpot else "")
+            + f", end-to-end p90 {r.e2e.p90:.2f} s")
+    if row.broken:
+        said += f"; misses the targets: {'; '.join(row.broken)}"
+    if row.highest_rate is not None:
+        said += f"; keeps them up to {row.highest_rate:.2f} requests/s (saturation {row.saturation:.2f})"
+    elif load.targets.any:
+        said += "; no rate keeps them"
+    return said
 
 
 def _check_split(base: Inventory, hardware: Hardware, workload: Workload) -> None:
@@ -486,7 +527,8 @@ class Plan:
                          "compute_capability": hw.compute_capability, "usable_memory_gb": hw.usable_memory_gb,
                          "efficiency": hw.efficiency, "efficiency_kind": hw.efficiency_kind},
             "workload": {"concurrency": w.concurrency, "context": w.context, "kv_cache_dtype": w.kv_cache_dtype,
-                         "memory_budget_gb": w.memory_budget_gb, "tp": w.tp, "link": w.link, "routing": w.routing},
+                         "memory_budget_gb": w.memory_budget_gb, "tp": w.tp, "link": w.link, "routing": w.routing,
+                         "load": w.load.to_json() if w.load is not None else None},
             "simulated": [
                 {"format": s.format, "format_label": format_label(s.format), "recipe": s.recipe,
                  "weight_bytes": s.weight_bytes, "bytes_per_token": s.bytes_per_token,
@@ -512,7 +554,7 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
                memory_budget_gb: float | None = None, tp: int = 1, link: str | None = None,
                record_rows: list[dict] | None = None, base_of: Inventory | None = None,
                served_as: str | None = None, published: list[dict] | None = None, routing: str = "uniform",
-               deployment: dict | None = None) -> Plan:
+               deployment: dict | None = None, load: PlanLoad | None = None) -> Plan:
     """The plan for `inventory` (an unquantized base). `base_of`: the quantized checkpoint the base
     was derived from, when the user gave one; `record_rows`: the user's validation record, evidence
     for breaking ties; `served_as`: the model as the user named it (a path or hub id), which the
@@ -525,7 +567,7 @@ def build_plan(inventory: Inventory, hardware: Hardware, *, formats: list[str], 
         get_recipe(name)
     # deployment: the Workload fields a vLLM deployment fixes for every row (graphs, speculation, backends)
     workload = Workload(concurrency, context, kv_cache_dtype, memory_budget_gb, tp, link, routing,
-                        **(deployment or {})).validate()
+                        **(deployment or {}), load=load).validate()
     check_max_model_len(inventory.config, context, "--context")
     _check_split(inventory, hardware, workload)
     simulated = simulate_all(inventory, formats, recipes, hardware,

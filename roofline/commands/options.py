@@ -217,7 +217,8 @@ def load_options(func):
     return func
 
 
-def load_from(kwargs: dict, prompt_len: int, output_len: int, min_tok_s: float | None = None):
+def load_from(kwargs: dict, prompt_len: int, output_len: int, min_tok_s: float | None = None, *,
+              targets_alone: bool = False):
     """(Workload, rates, burst, Targets, notes) from the load options in `kwargs` (popped), or None where none of them
     asks for a load (advise/load.workload_for; a --trace read here, at the edge)."""
     from roofline.advise.load import workload_for
@@ -232,4 +233,4 @@ def load_from(kwargs: dict, prompt_len: int, output_len: int, min_tok_s: float |
                         trace=trace, requests=kwargs.pop("num_prompts", 200), range_ratio=kwargs.pop("range_ratio", 0.0),
                         shared_prefix=kwargs.pop("shared_prefix", 0.0), seed=kwargs.pop("seed", 0),
                         ttft_p90_s=kwargs.pop("ttft_p90_s", None), min_tok_s=min_tok_s, prompt_len=prompt_len,
-                        output_len=output_len)
+                        output_len=output_len, targets_alone=targets_alone)

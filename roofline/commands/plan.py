@@ -7,7 +7,15 @@ from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
-from .options import deployment_from, deployment_options, no_cache_option, quiet_option, routing_option
+from .options import (
+    deployment_from,
+    deployment_options,
+    load_from,
+    load_options,
+    no_cache_option,
+    quiet_option,
+    routing_option,
+)
 from .output import echo, print_json
 
 DEFAULT_FORMATS = "bf16,fp8,nvfp4-w4a16,nvfp4-w4a4,mxfp4,int4-awq"
@@ -60,6 +68,14 @@ def _split(value: str, what: str) -> list[str]:
               help="GPUs per box for the scale-out (one box of N GPUs unless --boxes is given too).")
 @click.option("--network", default=None,
               help="Link between boxes for --boxes (hardware.toml [link.*] of scope network; default per hardware).")
+@click.option("--prompt-len", type=types.PROMPT_TOKENS, default=None,
+              help="Under a load: prompt tokens per request [default: 512].")
+@click.option("--output-len", type=types.PROMPT_TOKENS, default=256, show_default=True,
+              help="Under a load: generated tokens per request.")
+@click.option("--min-tok-s", type=types.TOK_S, default=None,
+              help="Target under a load: 90% of requests decode at least this fast; rows ranked by the highest request "
+                   "rate keeping it (with --ttft-p90: both).")
+@load_options
 @deployment_options(skip=PLAN_OWN)
 @click.option("--top", type=types.ROWS, default=12, show_default=True, help="Rows of the ranked table.")
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None,
@@ -70,11 +86,16 @@ def _split(value: str, what: str) -> list[str]:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Add the format comparison to this HTML report (written by `audit --html`), or write one.")
 def command(model, revision, config_only, no_cache, trust_remote_code, formats, recipes, hardware_name, bandwidth, concurrency,
-            context, kv_cache_dtype, routing, memory_budget, tp, link, boxes, gpus, network, top, record_path, wide,
-            as_json, html_path, **kwargs):
+            context, kv_cache_dtype, routing, memory_budget, tp, link, boxes, gpus, network, prompt_len, output_len,
+            min_tok_s, top, record_path, wide, as_json, html_path, **kwargs):
     """Simulate quantization formats on MODEL (a checkpoint folder, a hub id, or a folder with
     only config.json) and recommend format, recipe, vLLM backend and flags for a device and a
-    workload."""
+    workload.
+
+    Under a load (--request-rate R, --trace FILE or --burst N, and / or the targets --ttft-p90 / --min-tok-s):
+    each row that fits is served as its serve line says and run by the load model; the rows keeping the
+    targets come first, ranked by the highest rate that keeps them (without targets: by end-to-end latency
+    p90 at the load)."""
     from roofline.advise.recommend import build_plan
     from roofline.audit import is_quantized, load_inventory
     from roofline.predict.hardware import get_hardware
@@ -104,6 +125,9 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
     from roofline.advise.deploy import plan_workload
 
     fixed = plan_workload(deployment, per_token)
+    load = _plan_load(kwargs, prompt_len, output_len, min_tok_s)
+    if load is not None and (boxes is not None or gpus is not None):
+        raise RooflineError("--boxes / --gpus rank splits at a concurrency; rank formats under a load without them")
     if context is None:
         from roofline.model.limits import default_context
         context = default_context(given.config, DEFAULT_CONTEXT)
@@ -123,7 +147,7 @@ def command(model, revision, config_only, no_cache, trust_remote_code, formats, 
                       memory_budget_gb=memory_budget, tp=tp, link=link,
                       record_rows=_record_rows(record_path), base_of=base_of, served_as=model,
                       published=cached_published(base_model_name(inventory.model_id)), routing=routing,
-                      deployment=fixed)
+                      deployment=fixed, load=load)
     payload = plan.to_json() if (as_json or html_path) else None
     if html_path:
         from roofline.audit import run_audit
@@ -157,6 +181,14 @@ def _scale_out(inventory, hardware, boxes, gpus, concurrency, context, kv_cache_
     from roofline.render.scale_out import render_scale_out
 
     echo(render_scale_out(result.to_json(), top=top))
+
+
+def _plan_load(kwargs: dict, prompt_len: int | None, output_len: int, min_tok_s: float | None):
+    """The load the rows are ranked under (advise/plan_load.plan_load), or None where no option asks for one."""
+    from roofline.advise.deploy import DEFAULT_PROMPT
+    from roofline.advise.plan_load import plan_load
+
+    return plan_load(load_from(kwargs, prompt_len or DEFAULT_PROMPT, output_len, min_tok_s, targets_alone=True))
 
 
 def _record_rows(path: str | None) -> list[dict]:

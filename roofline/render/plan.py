@@ -20,8 +20,37 @@ def _drop_first(concurrency: int) -> list[str]:
 
 
 def _tie_span(label: str, members, workload) -> str:
+    if workload.load is not None and workload.load.targets.any:
+        values = [r.load.highest_rate or 0.0 for r in members]
+        return f"{label} {min(values):.2f}-{max(values):.2f} requests/s"
+    if workload.load is not None:
+        values = [r.load.result.e2e.p90 for r in members if r.load.result and r.load.result.e2e]
+        return f"{label} {min(values):.2f}-{max(values):.2f} s end-to-end p90" if values else label
     values = [r.single_stream_tok_s if workload.concurrency == 1 else r.aggregate_tok_s for r in members]
     return f"{label} {min(values):.1f}-{max(values):.1f} tok/s"
+
+
+_LOAD_COLUMNS = ["TTFT p90", "TPOT p90", "E2E p90", "max req/s", "keeps"]
+
+
+def _targets_text(targets) -> str:
+    said = [f"TTFT p90 <= {targets.ttft_p90_s * 1e3:,.0f} ms" if targets.ttft_p90_s is not None else "",
+            f">= {targets.min_tok_s:g} tok/s per request" if targets.min_tok_s is not None else ""]
+    said = [s for s in said if s]
+    return f"; targets {' and '.join(said)}" if said else ""
+
+
+def _load_cells(row, targeted: bool) -> list[str]:
+    """A row's cells under the plan's load: its TTFT / TPOT / end-to-end p90 at the load and, with targets, the
+    highest rate keeping them and whether the load does."""
+    r = row.result if row is not None else None
+    cells = [f"{r.ttft.p90 * 1e3:,.0f} ms" if r and r.ttft else "-",
+             f"{r.tpot.p90 * 1e3:.1f} ms" if r and r.tpot else "-",
+             f"{r.e2e.p90:.2f} s" if r and r.e2e else "-"]
+    if targeted:
+        cells += [f"{row.highest_rate:.2f}" if row is not None and row.highest_rate is not None else "-",
+                  "yes" if row is not None and row.keeps else "NO"]
+    return cells
 
 
 def render_plan(plan, top: int = 12, wide: bool = False) -> str:
@@ -45,18 +74,28 @@ def render_plan(plan, top: int = 12, wide: bool = False) -> str:
                      f"{s.ceiling_tok_s:.1f}", f"{s.expected_tok_s:.1f}"])
     table, dropped_simulated = fitted_table(rows, {2, 3, 4, 5}, width, ["weights", "ceiling tok/s"], indent=2)
     lines += ["  " + line for line in table]
-    lines += ["", f"ranked for {w.concurrency} concurrent sequence{'s' if w.concurrency > 1 else ''}"
-                  f"{f' (total @{w.concurrency}: tok/s of all {w.concurrency} together)' if w.concurrency > 1 else ''}:"]
+    if w.load is not None:
+        lines += [""] + wrapped(f"ranked under {w.load.label} ({w.load.arrivals.prompt_len:,} prompt + "
+                                f"{w.load.arrivals.output_len:,} output tokens a request{_targets_text(w.load.targets)}):"
+                                + (" the rows keeping the targets first, then the highest request rate keeping "
+                                   "them" if w.load.targets.any else " by end-to-end latency p90"), width)
+    else:
+        lines += ["", f"ranked for {w.concurrency} concurrent sequence{'s' if w.concurrency > 1 else ''}"
+                      f"{f' (total @{w.concurrency}: tok/s of all {w.concurrency} together)' if w.concurrency > 1 else ''}:"]
     # at one stream the stream's tok/s is the figure: its heading need not say so
     rows = [["#", "format", "recipe", "backend", "tok/s" if w.concurrency == 1 else "1-stream tok/s",
              f"total @{w.concurrency}", "bound", "resident", "fits"]]
+    load = w.load
+    if load is not None:
+        rows[0] += _LOAD_COLUMNS[:3] + (_LOAD_COLUMNS[3:] if load.targets.any else [])
     groups = tie_marks(r.tie_group for r in plan.recommendations[:top])
     for r in plan.recommendations[:top]:
         rows.append([f"{r.rank}{groups.get(r.tie_group, '')}", format_label(r.format), r.recipe, r.backend.name,
                      f"{r.single_stream_tok_s:.1f}",
                      f"{r.aggregate_tok_s:.0f}", r.aggregate_bound, f"{r.resident_gb:.1f} GB",
-                     "yes" if r.fits else "NO"])
-    table, dropped = fitted_table(rows, {0, 4, 5, 7}, width, _drop_first(w.concurrency), indent=2)
+                     "yes" if r.fits else "NO"] + (_load_cells(r.load, load.targets.any) if load is not None else []))
+    numeric = {0, 4, 5, 7} | ({9, 10, 11, 12} if load is not None else set())
+    table, dropped = fitted_table(rows, numeric, width, _drop_first(w.concurrency), indent=2)
     lines += ["  " + line for line in table]
     lines += wrapped(f"tok/s validated {band_text(band_for(inv, hw, graphs=w.graphs, batch=w.concurrency))}", width, "  ")
     dropped = dropped_simulated + dropped
