@@ -199,8 +199,8 @@ def highest_rate(server: Server, workload: Workload, targets: Targets, band: flo
     span = f" (between {low:.2f} and {high:.2f} within the step model's ±{100 * band:.0f}%)" \
         if rate is not None and low is not None and high is not None else ""
     if rate is None:
-        sentence = (f"no rate keeps {wants}: even a trickle of requests gets "
-                    f"{'; '.join(broke) or 'too slow an answer'}")
+        sentence = (f"no rate keeps {wants}: even a trickle of requests misses them ("
+                    f"{'; '.join(broke) or 'too slow an answer'})")
     elif rate >= sat:
         sentence = (f"up to {rate:.2f} requests/s keep {wants}{span}: the server's saturation rate, above which its "
                     "queue and every first token grow without end, comes first")

@@ -170,27 +170,37 @@ def simulate(pricer: StepPricer, settings: SchedulerSettings, blocks: Blocks, re
                 if live.request.shared_prefix:
                     group = live.request.prefix_group
                     state.cached_prefixes[group] = max(state.cached_prefixes.get(group, 0), live.request.shared_prefix)
-        # decodes: 1 token a step (a stride: `stride` of them), or 1 + the accepted drafts
-        for live in plan.decodes:
-            if speculative_tokens:
-                gained = 1 + _accepted(rng, acceptance, speculative_tokens)
-                gained = min(gained, live.request.output - live.generated)
+        # decodes: 1 token a step (a stride: `stride` of them), or 1 + the accepted drafts. Every decode's
+        # inter-token latency this step is dt: one sample weighted by their tokens (a speculative step: by them)
+        ended = []
+        if speculative_tokens:
+            for live in plan.decodes:
+                gained = min(1 + _accepted(rng, acceptance, speculative_tokens), live.request.output - live.generated)
                 live.computed += gained
                 live.generated += gained
                 state._grow(live, live.computed)
-                itl_values.append(dt)
-                itl_weights.append(1)
-            else:
-                gained = min(stride, live.request.output - live.generated)
+                live.last_token_s = end
+                if live.generated >= live.request.output:
+                    ended.append(live)
+            weight = len(plan.decodes)
+        else:
+            weight = 0
+            for live in plan.decodes:
+                left = live.request.output - live.generated
+                gained = stride if stride < left else left
                 live.computed += gained
                 live.generated += gained
-                state._grow(live, live.computed)
-                itl_values.append(dt)
-                itl_weights.append(gained)
-            live.last_token_s = now + dt * gained if not speculative_tokens else end
+                weight += gained
+                if stride > 1:  # a stride's blocks were checked free (_stride): take them
+                    state._grow(live, live.computed)
+                if gained == left:  # its last token: when it ends (no later token of it reads the time)
+                    live.last_token_s = now + dt * gained
+                    ended.append(live)
+        if weight:
+            itl_values.append(dt)
+            itl_weights.append(weight)
         now, lag = end, dt
-        ended = [live for live in plan.decodes if live.done] + \
-            [live for live, _ in plan.chunks if live.generated and live.done]
+        ended += [live for live, _ in plan.chunks if live.generated and live.done]
         for live in ended:
             live.finish_s = live.last_token_s
             live.admitted = False

@@ -26,9 +26,9 @@ from .step import Chunk
 from .workload import Request
 
 
-@dataclass
+@dataclass(slots=True)
 class Live:
-    """A request inside the server."""
+    """A request inside the server (slots: the load model touches every running request every step)."""
 
     index: int
     request: Request
@@ -38,6 +38,7 @@ class Live:
     admitted: bool = False
     preemptions: int = 0
     cached: int = 0  # prompt tokens a prefix-cache hit skipped
+    covered: int = 0  # the most tokens its blocks hold (Blocks.holds): below it a step needs no block check
     first_token_s: float | None = None
     last_token_s: float | None = None
     finish_s: float | None = None
@@ -76,10 +77,25 @@ class Blocks:
     def __post_init__(self):
         self.free = self.total
 
+    _holds: dict = field(default_factory=dict)
+
     def need(self, tokens: int) -> int:
         found = self._memo.get(tokens)
         if found is None:
             found = self._memo[tokens] = int(self.blocks_for(tokens))
+        return found
+
+    def holds(self, blocks: int) -> int:
+        """The most tokens `blocks` blocks hold (blocks_for grows with the tokens)."""
+        found = self._holds.get(blocks)
+        if found is None:
+            low, high = 0, 1
+            while self.need(high) <= blocks and high < 1 << 40:
+                low, high = high, high * 2
+            while high - low > 1:  # need(low) <= blocks < need(high)
+                mid = (low + high) // 2
+                low, high = (mid, high) if self.need(mid) <= blocks else (low, mid)
+            found = self._holds[blocks] = low
         return found
 
 
@@ -88,6 +104,7 @@ class StepPlan:
     decodes: list  # [Live] decoding this step
     chunks: list  # [(Live, tokens)] computing prompt tokens this step
     preempted: list  # [Live] preempted in forming it
+    context_sum: int = 0  # KV tokens of the decoding sequences, summed
 
     @property
     def empty(self) -> bool:
@@ -113,11 +130,12 @@ class SchedulerState:
             return False
         self.blocks.free -= need
         live.blocks += need
+        live.covered = self.blocks.holds(live.blocks)
         return True
 
     def release(self, live: Live) -> None:
         self.blocks.free += live.blocks
-        live.blocks = 0
+        live.blocks = live.covered = 0
 
     def _preempt(self, victim: Live) -> None:
         self.running.remove(victim)
@@ -132,30 +150,37 @@ class SchedulerState:
         budget = s.max_num_batched_tokens
         decodes, chunks, preempted = [], [], []
         threshold = s.long_prefill_token_threshold
+        spec = self.speculative_tokens
+        context_sum = 0
         for live in list(self.running):
             if budget <= 0:
                 break
             if not live.admitted:  # preempted by an earlier one of this loop
                 continue
-            if live.prefilling:
-                take = min(live.prefill_target - live.computed, budget)
+            # Live.prefill_target / prefilling, inlined: this loop runs over every running request every step
+            prefill_target = live.request.prompt + live.generated - (1 if live.generated else 0)
+            prefilling = live.computed < prefill_target
+            if prefilling:
+                take = min(prefill_target - live.computed, budget)
                 if threshold and len(self.running) + len(self.waiting) > 1:
                     take = min(take, threshold)
             else:
-                take = min(1 + self.speculative_tokens, budget)
-            while not self._grow(live, live.computed + take):
-                victim = self.running[-1]
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is live:
-                    break
-            if not live.admitted:
-                continue
+                take = 1 + spec if 1 + spec <= budget else budget
+            if live.computed + take + spec > live.covered:  # the blocks it holds do not cover the step
+                while not self._grow(live, live.computed + take):
+                    victim = self.running[-1]
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is live:
+                        break
+                if not live.admitted:
+                    continue
             budget -= take
-            if live.prefilling:
+            if prefilling:
                 chunks.append((live, take))
             else:
                 decodes.append(live)
+                context_sum += live.computed
         if not preempted:
             while self.waiting and budget > 0 and len(self.running) < s.max_num_active_seqs:
                 live = self.waiting[0]
@@ -180,7 +205,7 @@ class SchedulerState:
                 self.running.append(live)
                 budget -= take
                 chunks.append((live, take))
-        return StepPlan(decodes, chunks, preempted)
+        return StepPlan(decodes, chunks, preempted, context_sum)
 
     def chunk_work(self, plan: StepPlan) -> tuple[Chunk, ...]:
         return tuple(Chunk(take, live.computed, not live.generated and live.computed + take >= live.prefill_target)
@@ -191,7 +216,7 @@ def decode_context(plan: StepPlan) -> float:
     """The mean KV tokens of the step's decoding sequences (KV read and attention are linear in it)."""
     if not plan.decodes:
         return 0.0
-    return sum(live.computed for live in plan.decodes) / len(plan.decodes)
+    return plan.context_sum / len(plan.decodes)
 
 
 def blocks_per(tokens: int, block_size: int) -> int:
