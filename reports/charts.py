@@ -394,7 +394,7 @@ def capacity_chart(data: ReportData):
 
 def load_chart(load: dict):
     """First-token and per-token latency against the request rate (the load model's runs from a trickle to past
-    saturation): the saturation rate, the TTFT target and the highest rate keeping the targets marked."""
+    saturation): the saturation rate, the TTFT and decode targets and the highest rate keeping them marked."""
     import plotly.graph_objects as go
 
     points = [p for p in load.get("curve") or [] if isinstance(p, dict) and first_number(p, "rate")]
@@ -414,6 +414,11 @@ def load_chart(load: dict):
     if target and x:
         fig.add_scatter(x=[min(x), max(x)], y=[target, target], mode="lines", name="TTFT p90 target",
                         line=dict(color=WARNING, dash="dot", width=1.5), hoverinfo="skip")
+    min_tok_s = first_number((load.get("targets") or {}), "min_tok_s")
+    if min_tok_s and x:  # the decode target as the time per output token it allows, beside its p90
+        fig.add_scatter(x=[min(x), max(x)], y=[1e3 / min_tok_s] * 2, mode="lines",
+                        name=f"TPOT p90 target ({min_tok_s:g} tok/s)",
+                        line=dict(color="#2b8a3e", dash="dot", width=1.5), hoverinfo="skip")
     answer = first_number((load.get("answer") or {}), "rate")
     if answer:
         fig.add_vline(x=answer, line_dash="dot", line_color=WARNING)

@@ -10,8 +10,8 @@ Every block in README.md of the form
 holds what `roofline audit examples/Qwen3.6-35B-A3B-NVFP4 --rows 8` prints today (`ARGS | grep -e A -e B`:
 the lines of it that hold A or B). The report
 screenshot (docs/report.png) is made by headless Chromium from `roofline audit SCREENSHOT_MODEL
---html`; docs/report.json keeps the headline numbers it shows, so a check can tell a stale
-picture without comparing pixels.
+--html`, the load chart (docs/load.png) from `roofline capacity LOAD_ARGS --html`; docs/report.json and
+docs/load.json keep the numbers they show, so a check can tell a stale picture without comparing pixels.
 
     .venv/bin/python scripts/readme_examples.py              # rewrite the blocks
     .venv/bin/python scripts/readme_examples.py --screenshot # also the picture (needs chromium)
@@ -35,6 +35,11 @@ README = REPO / "README.md"
 PICTURE, PICTURE_NUMBERS = REPO / "docs" / "report.png", REPO / "docs" / "report.json"
 SCREENSHOT_MODEL = "examples/Qwen3.6-35B-A3B-NVFP4"
 HEADLINE = ("model", "bytes_per_token", "ceiling_tok_s", "expected_tok_s", "weight_bytes")
+# the latency-against-rate chart of the README's load section, from `capacity LOAD_ARGS --html`; docs/load.json
+# keeps the numbers it shows (the saturation rate, the answer's rate)
+LOAD_PICTURE, LOAD_NUMBERS = REPO / "docs" / "load.png", REPO / "docs" / "load.json"
+LOAD_ARGS = ["capacity", "examples/Qwen3.6-35B-A3B-NVFP4", "--max-model-len", "32k", "--kv-cache-dtype", "fp8",
+             "--prompt-len", "2048", "--ttft-p90", "2", "--min-tok-s", "20"]
 BLOCK = re.compile(r"(<!-- roofline-example: (?P<args>[^>]*?) -->\n```text\n)(?P<body>.*?)(```)", re.S)
 
 
@@ -70,6 +75,12 @@ def headline() -> dict:
     return {key: audit[key] for key in HEADLINE}
 
 
+def load_headline() -> dict:
+    load = json.loads(roofline(LOAD_ARGS + ["--json"]))["load"]
+    return {"args": " ".join(LOAD_ARGS), "saturation_rate": round(load["saturation_rate"], 4),
+            "rate": round(load["answer"]["rate"], 4) if load["answer"]["rate"] is not None else None}
+
+
 def screenshot() -> None:
     from playwright.sync_api import sync_playwright
 
@@ -86,14 +97,21 @@ def screenshot() -> None:
             page.goto(page_path.as_uri())
             page.wait_for_selector(".plotly .main-svg")
             page.screenshot(path=str(PICTURE), full_page=True)
+            load_page = Path(tmp) / "load.html"
+            roofline(LOAD_ARGS + ["--html", str(load_page)])
+            page.goto(load_page.as_uri())
+            chart = page.locator("h3:has-text('Under load') ~ div.chart").first
+            chart.wait_for()
+            chart.screenshot(path=str(LOAD_PICTURE))
             browser.close()
     PICTURE_NUMBERS.write_text(json.dumps(headline(), indent=1) + "\n")
+    LOAD_NUMBERS.write_text(json.dumps(load_headline(), indent=1) + "\n")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="report stale examples; change nothing")
-    parser.add_argument("--screenshot", action="store_true", help="also remake docs/report.png")
+    parser.add_argument("--screenshot", action="store_true", help="also remake docs/report.png and docs/load.png")
     args = parser.parse_args()
     current = README.read_text(encoding="utf-8")
     if not BLOCK.search(current):
@@ -106,6 +124,10 @@ def main() -> int:
         shown = json.loads(PICTURE_NUMBERS.read_text()) if PICTURE_NUMBERS.is_file() else None
         if shown != headline():
             stale.append(f"{PICTURE.relative_to(REPO)} shows {shown}, the audit now gives {headline()} "
+                         f"(run scripts/readme_examples.py --screenshot)")
+        drawn = json.loads(LOAD_NUMBERS.read_text()) if LOAD_NUMBERS.is_file() else None
+        if drawn != load_headline():
+            stale.append(f"{LOAD_PICTURE.relative_to(REPO)} shows {drawn}, capacity now gives {load_headline()} "
                          f"(run scripts/readme_examples.py --screenshot)")
         for line in stale:
             print(f"stale: {line}", file=sys.stderr)

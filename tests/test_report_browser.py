@@ -396,3 +396,33 @@ def test_report_sections_tell_the_truth_in_chromium(browser, tmp_path):
         assert truth_problems(page) == [], path.name
         assert problems == []
         page.close()
+
+
+def test_load_chart_draws_the_targets_and_the_answer_in_chromium(browser, tmp_path):
+    """`capacity --ttft-p90 --min-tok-s --request-rate --html`: latency against the request rate from a trickle
+    to past saturation, both targets' lines, the saturation rate and the answer marked at the JSON's rates, the
+    runs' table."""
+    repo = Path(__file__).resolve().parent.parent
+    args = ["capacity", str(repo / "examples" / "Qwen3-8B"), "--hardware", "gb10", "--max-model-len", "4096",
+            "--prompt-len", "1024", "--ttft-p90", "1", "--min-tok-s", "10", "--request-rate", "1",
+            "--num-prompts", "60"]
+    path = tmp_path / "load.html"
+    ran = cli(*args, "--html", str(path), "--json")
+    assert ran.returncode == 0, ran.stderr
+    load = json.loads(ran.stdout)["load"]
+    page, problems = open_page(browser, path)
+    page.wait_for_selector("#chart-capacity-load .main-svg", timeout=30_000)
+    drawn = page.evaluate("""() => {
+        const div = document.getElementById('chart-capacity-load');
+        return {names: div._fullData.map(t => t.name),
+                lines: (div._fullLayout.shapes || []).map(s => s.x0),
+                x: div._fullData[0].x, ttft: div._fullData[1].y};
+    }""")
+    assert {"TTFT p90", "TTFT p90 target", "TPOT p90 target (10 tok/s)"} <= set(drawn["names"])
+    assert drawn["lines"] == pytest.approx([load["saturation_rate"], load["answer"]["rate"]])
+    assert drawn["x"] == pytest.approx([p["rate"] for p in load["curve"]])
+    assert drawn["ttft"] == pytest.approx([p["ttft"]["p90_ms"] for p in load["curve"]])
+    assert page.locator("#capacity-load-table tbody tr").count() == 1
+    assert load["answer"]["sentence"] in page.inner_text("#capacity-load-answer")
+    assert problems == []
+    page.close()
