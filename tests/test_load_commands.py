@@ -187,3 +187,21 @@ def test_validate_reads_a_recorded_burst(tmp_path):
     (row,) = out["runs"]
     assert row["requests"] == 64
     assert abs(row["metrics"]["ttft"]["mean"]["error"]) < 0.35
+
+
+def test_calibrate_fits_the_efficiency_to_recorded_open_loop_runs(tmp_path):
+    """calibrate --from-results on two models' open-loop runs: each run's requests through the load model at each
+    efficiency tried, its TPOT against the file's; each model left out in turn."""
+    dense = _recorded(tmp_path, "qwen3-8b-rate-16.json.gz")
+    moe = _recorded(tmp_path, "qwen3-30b-a3b-rate-16.json.gz")
+    moe_config = str(REPO / "tests" / "reference_configs" / "Qwen__Qwen3-30B-A3B")
+    out = _json("calibrate", "--from-results", f"{CONFIG_8B}={dense}", "--from-results", f"{moe_config}={moe}",
+                "--hardware", "h200", "--no-enable-prefix-caching", "--max-model-len", "20480")
+    assert 0.5 < out["efficiency"] < 1.0
+    assert len(out["points"]) == 2 and all(p["left_out_error"] is not None for p in out["points"])
+    for point, path in zip(out["points"], (dense, moe)):
+        saved = json.loads(Path(path).read_text())
+        assert point["measured_tok_s"] == pytest.approx(1e3 / saved["mean_tpot_ms"])
+        assert point["streams"] > 1  # requests in flight at 16 requests/s
+    assert out["mean_abs_error"] < 0.15
+    assert "open loop" in out["entry"]["efficiency_source"]

@@ -315,6 +315,31 @@ def workload_for(*, rates: tuple[float, ...], burst: int | None, trace, requests
     return workload.validate(), rates, burst, Targets(ttft_p90_s, min_tok_s), notes
 
 
+def run_workload(run) -> Workload:
+    """A measured run's requests as the load model replays them: at their own start times where the file has them,
+    else arriving as its tool sent them (a rate, a burst)."""
+    if run.requests:
+        return Workload(arrival="trace", trace=run.requests, prompt_len=run.prompt_len, output_len=run.output_len)
+    return Workload(arrival=run.arrival, rate=run.rate, requests=run.num_prompts, prompt_len=run.prompt_len,
+                    output_len=run.output_len)
+
+
+def runs_server(inventory: Inventory, deployment: Deployment, hardware: Hardware, runs, *, context: int,
+                acceptance: float, routing: str = "uniform") -> Server:
+    """The server the measured runs (live/result_files.LoadRun) ran on, as the deployment says and capacity sizes
+    it: --max-model-len, when the deployment does not give it, the longest request (or `context`)."""
+    from .capacity import capacity
+    from .deploy import capacity_request, deployed_inventory
+
+    longest = max(max((r.prompt + r.output for r in run.requests), default=run.prompt_len + run.output_len)
+                  for run in runs)
+    if deployment.max_model_len is None:
+        deployment = replace(deployment, max_model_len=max(longest, context))
+    request = capacity_request(deployment, inventory, hardware, acceptance, levels=(1,),
+                               prompt_len=runs[0].prompt_len, output_len=runs[0].output_len, routing=routing)
+    return capacity(deployed_inventory(inventory, deployment), hardware, request).server
+
+
 def compare_run(run, result: LoadResult) -> dict:
     """A measured run (live/result_files.LoadRun) beside the load model's run of the same requests: each metric's
     mean and percentiles, measured, predicted and their error."""

@@ -6,7 +6,11 @@ the files do not determine it.
 
 One coefficient, on purpose: a user's bench files (llama-benchy, vllm bench serve, guidellm) are a
 handful of decode rates at a few concurrencies, which determine how fast the device streams bytes on
-that stack and nothing finer; the entry keeps the base entry's launch costs, floors and compute rates."""
+that stack and nothing finer; the entry keeps the base entry's launch costs, floors and compute rates.
+
+An open-loop file (`vllm bench serve --request-rate`, a burst, guidellm's rate sweeps) is a point of its own:
+its requests replayed through the load model (advise/load.py) at each efficiency tried, its time per output
+token (each request's decode, the steps it shared with other prompts included) against the file's."""
 from __future__ import annotations
 
 import math
@@ -40,6 +44,9 @@ class ResultPoint:
     streams: int
     context: int
     per_stream_tok_s: float
+    # an open-loop run (live/result_files.LoadRun): its requests replayed through the load model, its decode rate
+    # 1 / TPOT mean (each request's own, mixed steps included); `streams` is then its mean number in flight
+    run: object = None
 
 
 @dataclass
@@ -80,8 +87,27 @@ def _pricer(inventories: dict[str, Inventory], hardware: Hardware, deployment: D
     """point, efficiency -> predicted per-stream tok/s (the deployment's pricing, the efficiency swapped)."""
     configs: dict = {}
 
+    loads: dict = {}
+
     def predict(point: ResultPoint, efficiency: float) -> float:
+        if point.run is not None:
+            return under_load(point, efficiency)
         return step_of(point).per_stream_tok_s_at(efficiency)
+
+    def under_load(point: ResultPoint, efficiency: float) -> float:
+        """1 / TPOT mean of the run's requests through the load model on the device at this efficiency (every
+        step re-priced: prompt steps and mixed steps too). Kept per efficiency to 4 places: the search
+        converges onto repeats."""
+        from .load import run_workload, runs_server, serve
+
+        key = (id(point), round(efficiency, 4))
+        if key not in loads:
+            at = replace(hardware, efficiency=round(efficiency, 4))
+            server = runs_server(inventories[point.model], deployment, at, [point.run], context=point.context,
+                                 acceptance=acceptance)
+            tpot = serve(server, run_workload(point.run)).tpot
+            loads[key] = 1 / tpot.mean if tpot and tpot.mean > 0 else math.inf
+        return loads[key]
 
     def step_of(point: ResultPoint):
         key = (point.model, point.streams, point.context)
@@ -125,9 +151,10 @@ def fit_results(points: list[ResultPoint], inventories: dict[str, Inventory], ha
                             "(a bench sweep has tens)")
     predict = _pricer(inventories, hardware, deployment, acceptance)
     for point in points:  # one check of a measurement, as validate and doctor check theirs
-        step = predict.step_of(point)
+        step = predict.step_of(point if point.run is None else replace(point, streams=1, run=None))
         drafts = step.config.speculative_tokens
-        refused = impossible(point.per_stream_tok_s, step.ceiling_tok_s / point.streams, drafts)
+        refused = impossible(point.per_stream_tok_s, step.ceiling_tok_s / (point.streams if point.run is None else 1),
+                             drafts)
         if refused:
             raise RooflineError(f"--from-results {point.source}: {point.streams} stream(s) at {point.context:,} "
                                 f"tokens: {refused}; nothing fitted")

@@ -162,12 +162,26 @@ def _echo_engine(result) -> None:
          + " (a family or mode not run takes the nearest validated class's band, widened)")
 
 
+def _load_point(model: str, path: str, run, where: str):
+    """An open-loop run as a fit's point: its decode rate 1 / TPOT mean, the mean number of requests in flight
+    (throughput x mean end-to-end latency, Little's law), the context of its mean request."""
+    from roofline.advise.result_fit import ResultPoint
+
+    tpot = (run.measured.get("tpot") or {}).get("mean_ms")
+    e2e = (run.measured.get("e2e") or {}).get("mean_ms")
+    if not tpot:
+        raise RooflineError(f"{where}: run {run.label} has no mean time per output token to fit")
+    in_flight = max(1, round(run.throughput * e2e / 1e3)) if run.throughput and e2e else 1
+    return ResultPoint(model, f"{run.tool} {path} ({run.label})", in_flight, run.prompt_len + run.output_len // 2,
+                       1e3 / tpot, run=run)
+
+
 def _from_results(results, hardware_name, vllm_flags, *, save_key, hardware_file, name, as_json) -> None:
     """calibrate --from-results: the files' levels, the fit, the entry (advise/result_fit)."""
     from roofline.advise.result_fit import ResultPoint, fit_results, fitted_entry
     from roofline.audit import load_inventory
     from roofline.live.calibrate import check_key, check_name, save_entry
-    from roofline.live.result_files import measured_levels
+    from roofline.live.result_files import measured_levels, open_loop_runs
     from roofline.predict.hardware import entry_of, get_hardware
 
     from .files import load_json
@@ -184,9 +198,15 @@ def _from_results(results, hardware_name, vllm_flags, *, save_key, hardware_file
         if not sep or not model or not path:
             raise RooflineError(f"--from-results {given!r}: give MODEL=FILE (the model the file measured, then the file)")
         where = f"--from-results {path}"
-        tool, levels = measured_levels(load_json(path, "--from-results"), where)
+        data = load_json(path, "--from-results")
         if model not in inventories:
             inventories[model] = load_inventory(model)
+        runs = open_loop_runs(data, where)
+        if runs:  # open loop: each run's requests through the load model, its TPOT against the file's
+            points += [_load_point(model, path, run, where) for run in runs]
+            sources.append(f"{runs[0].tool} (open loop): {path.rsplit('/', 1)[-1]}")
+            continue
+        tool, levels = measured_levels(data, where)
         sources.append(f"{tool}: {path.rsplit('/', 1)[-1]}")
         points += [ResultPoint(model, f"{tool} {path}", streams, ctx, rate) for streams, ctx, rate in levels]
     fit = fit_results(points, inventories, hardware, deployment, per_token)
@@ -203,7 +223,9 @@ def _from_results(results, hardware_name, vllm_flags, *, save_key, hardware_file
     echo(f"  {'model':28}{'streams':>8}{'context':>9}{'measured':>10}{'fitted':>9}{'error':>8}{'left out':>10}")
     for point in payload["points"]:
         left = f"{100 * point['left_out_error']:+9.0f}%" if point["left_out_error"] is not None else f"{'-':>10}"
-        echo(f"  {point['model'][-28:]:28}{point['streams']:>8}{point['context']:>9}{point['measured_tok_s']:>10.1f}"
+        shown = point["model"].rstrip("/").rsplit("/", 1)[-1]  # a folder's name, never a path cut from the left
+        shown = shown if len(shown) <= 28 else shown[:27] + "…"
+        echo(f"  {shown:28}{point['streams']:>8}{point['context']:>9}{point['measured_tok_s']:>10.1f}"
              f"{point['predicted_tok_s']:>9.1f}{100 * point['error']:>+7.0f}%{left}")
     echo(f"  efficiency {fit.efficiency:.3f} of {hardware.bandwidth_gbps:g} GB/s (the entry's was {hardware.efficiency:g}); "
          f"mean |error| {100 * fit.mean_abs_error:.1f}% in sample"

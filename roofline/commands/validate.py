@@ -184,37 +184,20 @@ def _validate_load(model, runs, bench_json, kwargs, revision, config_only, no_ca
     """An open-loop (or burst) result file beside the load model: each run's requests (replayed at their own start
     times where the file has them, else arriving at its rate as its tool sent them) through the deployment the
     options say, its TTFT, inter-token latency, time per output token and end-to-end latency beside the file's."""
-    from roofline.advise.capacity import capacity
-    from roofline.advise.deploy import capacity_request, check, deployed_inventory
-    from roofline.advise.load import compare_run, serve
+    from roofline.advise.deploy import check
+    from roofline.advise.load import compare_run, run_workload, runs_server, serve
     from roofline.audit import load_inventory
-    from roofline.predict.workload import Workload
     from roofline.render.validate import render_load_validation
 
     scenario, hardware, deployment = scenario_from(kwargs, model)
     inventory = load_inventory(model, revision=revision, config_only=config_only, use_cache=not no_cache)
     check(deployment, inventory, hardware)
-    longest = max(max((r.prompt + r.output for r in run.requests), default=run.prompt_len + run.output_len)
-                  for run in runs)
-    if deployment.max_model_len is None:
-        from dataclasses import replace
-
-        deployment = replace(deployment, max_model_len=max(longest, scenario.context))
-    request = capacity_request(deployment, inventory, hardware, scenario.acceptance_rate, levels=(1,),
-                               prompt_len=runs[0].prompt_len, output_len=runs[0].output_len, routing=scenario.routing)
-    sized = capacity(deployed_inventory(inventory, deployment), hardware, request)
-    rows = []
-    for run in runs:
-        if run.requests:
-            workload = Workload(arrival="trace", trace=run.requests, prompt_len=run.prompt_len,
-                                output_len=run.output_len)
-        else:
-            workload = Workload(arrival=run.arrival, rate=run.rate, requests=run.num_prompts,
-                                prompt_len=run.prompt_len, output_len=run.output_len)
-        rows.append(compare_run(run, serve(sized.server, workload)))
+    server = runs_server(inventory, deployment, hardware, runs, context=scenario.context,
+                         acceptance=scenario.acceptance_rate, routing=scenario.routing)
+    rows = [compare_run(run, serve(server, run_workload(run))) for run in runs]
     payload = {"schema": "roofline.validate_load/1", "model": model, "hardware": hardware.key, "file": bench_json,
                "deployment": deployment.to_json(), "runs": rows,
-               "first_token_alone": sized.server.first_token_json(runs[0].prompt_len)}
+               "first_token_alone": server.first_token_json(runs[0].prompt_len)}
     if as_json:
         print_json(payload)
     else:
