@@ -68,8 +68,6 @@ def test_a_vllm_bench_serve_file_at_several_streams_sets_the_batch(tmp_path):
     ({"benchmarks": [{"metrics": {}}]}, "inter_token_latency_ms"),
     ({"latency_mode": "generation", "benchmarks": []}, "no generation runs"),
     ({"median_tpot_ms": -3, "total_output_tokens": 10, "completed": 1, "total_input_tokens": 1}, "median_tpot_ms"),
-    ({"median_tpot_ms": 5.0, "total_output_tokens": 10, "completed": 1, "total_input_tokens": 1,
-      "request_rate": 4.0}, "open-loop"),
     ({"something": 1}, "not a result file"),
     ([1, 2], "expected a JSON object"),
 ])
@@ -81,6 +79,22 @@ def test_a_file_it_cannot_read_is_one_line(tmp_path, data, fragment):
     proc = validate(path)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_an_open_loop_file_is_no_single_stream_but_validate_replays_it(tmp_path):
+    """vllm bench serve at a --request-rate without --max-concurrency: no fixed number of streams to read a decode
+    rate at (doctor's and the closed-loop readers' one line), but validate sets its latencies beside the load
+    model's run of the same rate."""
+    data = {"median_tpot_ms": 5.0, "mean_tpot_ms": 5.0, "mean_ttft_ms": 40.0, "total_output_tokens": 10,
+            "completed": 1, "total_input_tokens": 1, "request_rate": 4.0}
+    with pytest.raises(RooflineError, match="open-loop"):
+        measurement_from(data, "file")
+    path = tmp_path / "rate.json"
+    path.write_text(json.dumps(data))
+    proc = validate(path)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = json.loads(proc.stdout)["runs"]
+    assert run["rate"] == 4.0 and run["metrics"]["ttft"]["mean"]["measured_ms"] == 40.0
 
 
 # --------------------------------------------------------------------------- calibrate --from-results
