@@ -47,6 +47,8 @@ SAMPLE = {
     "async_scheduling": ["--no-async-scheduling"],
     "long_prefill_token_threshold": ["--long-prefill-token-threshold", "2048"],
     "max_num_active_seqs": ["--max-num-active-seqs", "64"],
+    "max_cudagraph_capture_size": ["--max-cudagraph-capture-size", "256"],
+    "cudagraph_mode": ["--compilation-config", '{"cudagraph_mode": "PIECEWISE"}'],
 }
 COMMANDS = ("audit", "kernels", "compare", "capacity")
 
@@ -227,11 +229,60 @@ def test_a_serve_line_parses_as_vllm_reads_it():
     assert deployment.kv_cache_dtype == "fp8" and deployment.enforce_eager
     assert deployment.speculative.tokens == 2 and deployment.moe_backend == "cutlass"
     assert "--port" in deployment.ignored and "--tool-call-parser" in deployment.ignored
-    assert "--foo-bar 3" in deployment.not_modelled and "-cc.cudagraph_mode=NONE" in deployment.not_modelled
+    assert "--foo-bar 3" in deployment.not_modelled
+    assert deployment.cudagraph_mode == "none" and dict(deployment.spelled)["cudagraph_mode"] == \
+        "-cc.cudagraph_mode=NONE"
     other = parse_serve_line(["python", "-m", "vllm.entrypoints.openai.api_server", "--model", DENSE, "-tp", "2"])
     assert other.model == DENSE and other.tp == 2
     with pytest.raises(RooflineError, match="not a vLLM serve line"):
         parse_serve_line("llama-server -m x.gguf")
+
+
+@pytest.mark.parametrize("words, mode, unpriced", [
+    (["-O0"], "none", "-O0: torch.compile off"),
+    (["-O1"], "piecewise", None),
+    (["-O", "3"], "full_and_piecewise", None),
+    (["--compilation-config", '{"cudagraph_mode": "FULL_DECODE_ONLY", "pass_config": {}}'], "full_decode_only",
+     "--compilation-config {pass_config}"),
+    (["-cc", '{"cudagraph_mode": "none"}'], "none", None),
+    (["-O.cudagraph_mode", "PIECEWISE"], "piecewise", None),
+    (["--compilation-config.cudagraph_mode=FULL"], "full", None),
+    (["-O.mode=0"], None, "-O.mode=0"),
+])
+def test_compilation_flags_set_the_cuda_graph_mode_vllm_runs(words, mode, unpriced):
+    """vLLM's -O levels and compilation config (vllm/config/vllm.py OptimizationLevel, compilation.py
+    CUDAGraphMode): the graph mode priced, what else they say listed as not priced, never dropped."""
+    deployment = parse_serve_line(["vllm", "serve", DENSE, *words])
+    assert deployment.cudagraph_mode == mode
+    assert deployment.eager == (mode == "none")
+    if unpriced:
+        assert any(item.startswith(unpriced) for item in deployment.not_modelled), deployment.not_modelled
+    else:
+        assert deployment.not_modelled == ()
+
+
+@pytest.mark.parametrize("words, says", [
+    (["-O", "7"], "optimization level"),
+    (["-cc", "{not json"], "not a JSON object"),
+    (["-cc", '{"cudagraph_mode": "SOMETIMES"}'], "not a CUDA-graph mode"),
+    (["-cc"], "needs a value"),
+])
+def test_a_bad_compilation_flag_is_one_line(words, says):
+    with pytest.raises(RooflineError, match=says):
+        parse_serve_line(["vllm", "serve", DENSE, *words])
+
+
+def test_graph_modes_price_as_vllm_runs_them():
+    """cudagraph_mode NONE (or -O0) is --enforce-eager's price; PIECEWISE launches attention from the host every
+    step (slower decode on a launch-bound hybrid); the default and FULL_DECODE_ONLY decode alike."""
+    def one_stream(*words):
+        return as_json("audit", HYBRID_NVFP4, "--hardware", "gb10", *words)["expected_tok_s"]
+    default, eager = one_stream(), one_stream("--enforce-eager")
+    assert one_stream("-O0") == pytest.approx(eager) == one_stream("--compilation-config", '{"cudagraph_mode":"NONE"}')
+    assert eager < default / 2  # graphs off costs this launch-bound hybrid most of its speed on the GB10
+    assert eager < one_stream("-O1") < default
+    assert one_stream("-O", "3") == pytest.approx(default)
+    assert one_stream("-cc", '{"cudagraph_mode":"FULL_DECODE_ONLY"}') == pytest.approx(default)
 
 
 def preflight(*args: str) -> tuple[subprocess.CompletedProcess, dict | None]:

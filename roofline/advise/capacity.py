@@ -62,6 +62,7 @@ class Request:
     long_prefill_token_threshold: int | None = None
     max_num_active_seqs: int | None = None
     capture_tokens: int | None = None  # the largest step vLLM captures a CUDA graph of (deployment.capture_tokens)
+    cudagraph_mode: str = "full_and_piecewise"  # vLLM's CUDA-graph mode (step.StepConfig.cudagraph_mode)
     gpus: int | None = None  # --gpus / --boxes: devices per box and boxes; the split plan --gpus / --boxes ranks first
     boxes: int | None = None
     network: str | None = None  # the link between boxes (hardware.toml [link.*] of scope network)
@@ -486,7 +487,7 @@ def _parallel(inventory: Inventory, hardware: Hardware, request: Request,
     graphs; for --tp N vLLM's own refusal of the split first, then the ranks placed on the hardware's
     links; for --gpus / --boxes the split plan --gpus / --boxes ranks first (advise/scale_out.py) at the
     curve's largest concurrency."""
-    mode = {"graphs": False} if request.enforce_eager else {}  # the curve priced as the server runs
+    mode = {"graphs": False} if request.enforce_eager else {"cudagraph_mode": request.cudagraph_mode}  # as it runs
     if request.backend is not None:
         mode["backend"] = request.backend
     if request.speculative_tokens:

@@ -115,7 +115,7 @@ def capacity_request(deployment: Deployment, inventory: Inventory, hardware: Har
                    prefix_caching=deployment.prefix_caching is not False, concurrency=levels,
                    prompt_len=prompt_len, output_len=output_len, routing=routing, min_tok_s=min_tok_s,
                    max_ttft_ms=None if max_ttft_s is None else max_ttft_s * 1e3,
-                   tp=tp if tp and tp != 1 else deployment.tp, link=link, enforce_eager=deployment.enforce_eager,
+                   tp=tp if tp and tp != 1 else deployment.tp, link=link, enforce_eager=deployment.eager,
                    gpus=gpus, boxes=boxes, network=network, pp=deployment.pp, dp=deployment.dp,
                    expert_parallel=deployment.expert_parallel,
                    backend=backend(deployment, deployed, hardware),
@@ -123,6 +123,7 @@ def capacity_request(deployment: Deployment, inventory: Inventory, hardware: Har
                    chunked_prefill=deployment.chunked_prefill, async_scheduling=deployment.async_scheduling,
                    long_prefill_token_threshold=deployment.long_prefill_token_threshold,
                    max_num_active_seqs=deployment.max_num_active_seqs,
+                   cudagraph_mode=deployment.cudagraph_mode or "full_and_piecewise",
                    capture_tokens=capture_tokens(deployment, hardware))
 
 
@@ -136,7 +137,7 @@ def plan_workload(deployment: Deployment, acceptance_rate: float) -> dict:
     if spec is not None and spec.reads_draft_checkpoint:
         raise RooflineError("plan simulates the model's own formats: a draft checkpoint (eagle / draft_model) is "
                             "priced by audit, capacity and preflight")
-    fixed = {"graphs": not deployment.enforce_eager,
+    fixed = {"graphs": not deployment.eager, "cudagraph_mode": deployment.cudagraph_mode or "full_and_piecewise",
              "backend_names": tuple(n for n in (deployment.linear_backend, deployment.moe_backend) if n)}
     if spec is not None:
         fixed |= {"speculative_config": json.dumps({"method": spec.method, "num_speculative_tokens": spec.tokens}),

@@ -93,7 +93,7 @@ def plan_load(asked) -> PlanLoad | None:
 
 def row_request(load: PlanLoad, *, context: int, kv_cache_dtype: str, backend, tp: int, link: str | None,
                 graphs: bool, speculative_tokens: int, acceptance_rate: float,
-                gpu_memory_utilization: float | None) -> Request:
+                gpu_memory_utilization: float | None, cudagraph_mode: str = "full_and_piecewise") -> Request:
     """The capacity Request of one plan row: the row's serve line (--max-model-len = the plan's context, its
     KV dtype, backend, TP, eager or graphs, speculation) and the load's request lengths."""
     a = load.arrivals
@@ -103,7 +103,7 @@ def row_request(load: PlanLoad, *, context: int, kv_cache_dtype: str, backend, t
         raise RooflineError(f"the load's requests reach {longest:,} tokens, more than --context {context:,} (the rows' "
                             "--max-model-len): give a longer --context or shorter requests")
     return Request(max_model_len=context, kv_cache_dtype=kv_cache_dtype, concurrency=(1,),
-                   prompt_len=a.prompt_len, output_len=a.output_len, tp=tp, link=link, enforce_eager=not graphs,
+                   prompt_len=a.prompt_len, output_len=a.output_len, tp=tp, link=link, enforce_eager=not graphs, cudagraph_mode=cudagraph_mode,
                    backend=backend, speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
                    gpu_memory_utilization=gpu_memory_utilization)
 

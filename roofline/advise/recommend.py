@@ -58,6 +58,7 @@ class Workload:
     # what a vLLM deployment fixes of every row (roofline/predict/deployment.py): eager or CUDA graphs,
     # speculation (vLLM's --speculative-config JSON and the per-token acceptance), backends asked for
     graphs: bool = True
+    cudagraph_mode: str = "full_and_piecewise"  # vLLM's CUDA-graph mode (step.StepConfig.cudagraph_mode)
     speculative_config: str | None = None
     speculative_tokens: int = 0
     acceptance_rate: float = 0.7
@@ -143,6 +144,7 @@ def row_config(workload: "Workload", backend: Backend | None, kv: str, hardware:
         topology, placement = Topology(tp=workload.tp), tensor_parallel_placement(hardware, workload.tp, workload.link)
     return StepConfig(batch=batch, context=workload.context, kv_cache_dtype=kv, backend=backend,
                       topology=topology, placement=placement, routing=workload.routing, graphs=workload.graphs,
+                      cudagraph_mode=workload.cudagraph_mode,
                       speculative_tokens=workload.speculative_tokens, acceptance_rate=workload.acceptance_rate)
 
 
@@ -307,7 +309,7 @@ def _under_load(sim: Inventory, hardware: Hardware, workload: Workload, rec: Rec
     request = row_request(workload.load, context=workload.context, kv_cache_dtype=rec.kv_cache_dtype,
                           backend=rec.backend, tp=workload.tp, link=workload.link, graphs=workload.graphs,
                           speculative_tokens=workload.speculative_tokens, acceptance_rate=workload.acceptance_rate,
-                          gpu_memory_utilization=utilization)
+                          gpu_memory_utilization=utilization, cudagraph_mode=workload.cudagraph_mode)
     out = row_load(sim, hardware, request, workload.load)
     rec.reasons.insert(0, _load_reason(workload.load, out))
     return out

@@ -83,6 +83,9 @@ class Deployment:
     block_size: int | None = None
     prefix_caching: bool | None = None
     max_cudagraph_capture_size: int | None = None
+    # vLLM's CUDA-graph mode (--compilation-config's cudagraph_mode, -O0 / -O1): None is vLLM's default,
+    # full_and_piecewise; "none" runs every step eager, as --enforce-eager
+    cudagraph_mode: str | None = None
     chunked_prefill: bool | None = None
     async_scheduling: bool | None = None
     long_prefill_token_threshold: int | None = None
@@ -99,6 +102,11 @@ class Deployment:
     @property
     def topology(self) -> Topology:
         return Topology(self.tp, self.pp, self.dp, self.expert_parallel)
+
+    @property
+    def eager(self) -> bool:
+        """No CUDA graph at all: --enforce-eager, -O0 or cudagraph_mode NONE."""
+        return self.enforce_eager or self.cudagraph_mode == "none"
 
     @property
     def speculative_tokens(self) -> int:
@@ -219,6 +227,14 @@ def convert(flag: Flag, raw, spelled: str | None = None):
         if not math.isfinite(number):
             raise RooflineError(f"{where}: {_shown(text)} is not a finite number")
         return _bounded(flag, where, number)
+    if kind == "compilation":
+        # a digit is -O's optimization level (click hands -O0 over as "0"), anything else a compilation config
+        mode, _ = compilation_setting("-O" if re.fullmatch(r"[0-3]", text) else
+                                      where if where in COMPILATION_FLAGS else flag.name, text)
+        if mode is None:
+            raise RooflineError(f"{where}: {_shown(text)} sets no cudagraph_mode (the part of a compilation config "
+                                "roofline prices)")
+        return mode
     if kind == "kv_dtype":
         resolved = KV_SPELLINGS.get(text.lower())
         if resolved is None:
@@ -542,6 +558,54 @@ def split_serve_line(words: list[str]) -> tuple[dict[str, str], list[str]]:
                         "`python -m vllm.entrypoints.openai.api_server --model MODEL ...`")
 
 
+# vLLM's compilation flags (vllm/engine/arg_utils.py): -O N (the optimization level), -cc / --compilation-config
+# JSON, and their dotted forms (-O.cudagraph_mode=NONE, -cc.cudagraph_mode=PIECEWISE)
+COMPILATION_FLAGS = ("-O", "-cc", "--compilation-config")
+COMPILATION_PREFIXES = ("-O.", "-cc.", "--compilation-config.")
+# vllm/config/compilation.py CUDAGraphMode
+CUDAGRAPH_MODES = ("none", "piecewise", "full", "full_decode_only", "full_and_piecewise")
+# vllm/config/vllm.py OptimizationLevel: O0 no compilation and no CUDA graphs, O1 piecewise graphs, O2 / O3 full
+# and piecewise (vLLM's default)
+OPTIMIZATION_LEVEL_GRAPHS = {"0": "none", "1": "piecewise", "2": "full_and_piecewise", "3": "full_and_piecewise"}
+
+
+def compilation_setting(name: str, value: str | None) -> tuple[str | None, list[str]]:
+    """(the CUDA-graph mode a compilation flag sets, or None; what of it is read but not priced)."""
+    level = re.fullmatch(r"-O([0-3])", name)
+    if level or (name == "-O" and value is not None and re.fullmatch(r"[0-3]", value)):
+        digit = level.group(1) if level else value
+        return OPTIMIZATION_LEVEL_GRAPHS[digit], ([f"{name}{'' if level else ' ' + digit}: torch.compile off (its "
+                                                   "fused kernels not priced)"] if digit == "0" else [])
+    if name.startswith(COMPILATION_PREFIXES):
+        key = name.split(".", 1)[1]
+        if key == "cudagraph_mode":
+            return _cudagraph_mode(value, name), []
+        return None, [f"{name}={value}"]
+    if name == "-O" and value is not None and not value.lstrip().startswith("{"):
+        raise RooflineError(f"-O {printable(value, 40)!r}: vLLM takes an optimization level 0-3 or a compilation "
+                            "config JSON")
+    if len(value or "") > 65536:
+        raise RooflineError(f"{name}: the compilation config is longer than 64 KiB")
+    try:
+        config = json.loads(value or "")
+    except ValueError:
+        raise RooflineError(f"{name}: not a JSON object: {printable(value or '', 80)}") from None
+    if not isinstance(config, dict):
+        raise RooflineError(f"{name}: not a JSON object")
+    mode = _cudagraph_mode(config["cudagraph_mode"], f"{name} cudagraph_mode") if "cudagraph_mode" in config \
+        else None
+    rest = sorted(k for k in config if k != "cudagraph_mode")
+    return mode, ([f"{name} {{{', '.join(printable(str(k), 40) for k in rest)}}}"] if rest else [])
+
+
+def _cudagraph_mode(value, where: str) -> str:
+    text = str(value).strip().lower() if isinstance(value, str) else ""
+    if text not in CUDAGRAPH_MODES:
+        raise RooflineError(f"{where}: {printable(str(value), 40)!s} is not a CUDA-graph mode vLLM takes "
+                            f"({', '.join(m.upper() for m in CUDAGRAPH_MODES)})")
+    return text
+
+
 def parse_serve_line(words: list[str] | str, env: Mapping[str, str] | None = None) -> Deployment:
     """A whole `vllm serve` line (words, or one string as a shell would split it) -> Deployment.
     Flags of the table are read and checked; flags that move nothing priced are skipped with their
@@ -570,7 +634,7 @@ def parse_serve_line(words: list[str] | str, env: Mapping[str, str] | None = Non
                 continue
             raise RooflineError(f"unexpected argument {word!r} in the serve line (MODEL was {model!r})")
         name, eq, inline = word.partition("=")
-        if name.startswith("--") and "_" in name:
+        if name.startswith("--") and "_" in name and "." not in name:  # a dotted config key keeps its own
             name = name.replace("_", "-")  # vLLM's argparse takes --max_model_len as --max-model-len
         nargs = secret_flags().get(name)
         if nargs is not None:  # a credential (its values already ***): moves nothing priced
@@ -580,8 +644,18 @@ def parse_serve_line(words: list[str] | str, env: Mapping[str, str] | None = Non
                     break
             ignored.append(name)
             continue
-        if name.startswith(("-cc.", "--compilation-config.", "-O.")) or re.fullmatch(r"-O[0-3]", name):
-            not_modelled.append(word)
+        if name in COMPILATION_FLAGS or name.startswith(COMPILATION_PREFIXES) or re.fullmatch(r"-O[0-3]", name):
+            value = inline if eq else None
+            if value is None and not re.fullmatch(r"-O[0-3]", name):
+                if i >= len(args):
+                    raise RooflineError(f"{name}: needs a value")
+                value, i = args[i], i + 1
+            mode, unpriced = compilation_setting(name, value)
+            if mode is not None:
+                values["cudagraph_mode"] = mode
+                spelled["cudagraph_mode"] = name + (f" {value}" if value is not None and not eq else
+                                                    f"={value}" if eq else "")
+            not_modelled += unpriced
             continue
         flag = by_spelling.get(name)
         takes_value = flag is not None and flag.value not in ("bool", "negatable")
@@ -743,10 +817,11 @@ def step_config(deployment: Deployment, inventory: Inventory, hardware: Hardware
 
     spec = deployment.speculative
     return StepConfig(batch=batch, context=context, kv_cache_dtype=deployment.kv_cache_dtype,
-                      graphs=not deployment.enforce_eager, backend=backend(deployment, inventory, hardware),
+                      graphs=not deployment.eager, backend=backend(deployment, inventory, hardware),
                       topology=deployment.topology, speculative_tokens=spec.tokens if spec else 0,
                       acceptance_rate=acceptance_rate if spec else 0.7, routing=routing,
-                      capture_tokens=capture_tokens(deployment, hardware))
+                      capture_tokens=capture_tokens(deployment, hardware),
+                      cudagraph_mode=deployment.cudagraph_mode or "full_and_piecewise")
 
 
 def capture_tokens(deployment: Deployment, hardware: Hardware) -> int:

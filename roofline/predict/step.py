@@ -99,6 +99,10 @@ class StepConfig:
     # the largest step (tokens) vLLM captures a CUDA graph of: a larger one launches its compiled kernels from the
     # host (None: no ceiling, every step of graph mode replays a graph: the decode tables' view)
     capture_tokens: int | None = None
+    # vLLM's CUDA-graph mode (deployment.CUDAGRAPH_MODES): full_and_piecewise (vLLM's default: decodes in a full
+    # graph, prompt and mixed steps in piecewise graphs), full (both full), full_decode_only (prompt and mixed steps
+    # without a graph), piecewise (every step piecewise: attention launched by the host); none is graphs=False
+    cudagraph_mode: str = "full_and_piecewise"
     # how many of a prompt's tokens route to experts independently (None: data/prefill.toml [routing], real text;
     # 1.0: every token on its own, as random dummy weights route)
     prompt_routing: float | None = None
@@ -877,7 +881,10 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
         + chunk_tokens * independence
     rates = terms.rates
     prefill_backend = rates.weight_only if terms.weight_only else rates.gemm_share(terms.backend_compute)
-    uncaptured = config.capture_tokens is not None and tokens_in > config.capture_tokens
+    mode = config.cudagraph_mode
+    uncaptured = (config.capture_tokens is not None and tokens_in > config.capture_tokens) or \
+        (chunk_tokens > 0 and mode == "full_decode_only")
+    piecewise = mode == "piecewise" or (chunk_tokens > 0 and mode == "full_and_piecewise")
     segments = []
     for key, t in terms.segments.items():
         seg = Segment(t.layer, t.where, t.stage)
@@ -959,7 +966,7 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
         seg.floor_s = seg.kernels * terms.floor_us * 1e-6
         if uncaptured:  # no graph of this size: the compiled kernels launched one by one
             seg.uncaptured_host_s = seg.kernels * terms.uncaptured_us * 1e-6
-        elif chunks and t.attention_layers:  # a prompt step's piecewise graphs: attention launched by the host
+        elif piecewise and t.attention_layers:  # piecewise graphs: attention launched by the host between them
             seg.floor_s += t.attention_layers * terms.piecewise_host_launches * terms.host_us * 1e-6
         seg.host_s = (seg.eager_kernels + seg.host_equiv) * terms.host_us * 1e-6
         segments.append((key, seg))
