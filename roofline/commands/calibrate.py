@@ -42,22 +42,27 @@ from .output import echo, print_json
                    "model it measured; repeat for several. vLLM's flags below say how they were served.")
 @click.option("--hardware", "hardware_name", default=DEFAULT_HARDWARE, show_default=True,
               help="--from-results: the catalogue entry the files were measured on (the fitted entry derives from it).")
+@click.option("--config-only", is_flag=True,
+              help="--from-results: read each MODEL from its config.json alone (no safetensors), as audit "
+                   "--config-only does.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @quiet_option
 @deployment_options
 def command(models, engine, batches_text, context, device, buffer_mb, repetitions, threads, save_key, hardware_file,
-            name, efficiency, results, hardware_name, as_json, **vllm_flags):
+            name, efficiency, results, hardware_name, config_only, as_json, **vllm_flags):
     """Measure this host's achievable memory bandwidth (large copy and GEMV), so a CPU or GPU
     host can be validated against its own roof. The roof is the best kernel's best repetition.
     With --engine vllm, also time the installed vLLM's decode and fit the step model to it."""
     from roofline.live.calibrate import check_key, check_name, hardware_entry, measure, save_entry
 
+    if config_only and not results:
+        raise RooflineError("--config-only applies to --from-results (the models of the files)")
     if results:
         if models or engine != "torch":
             raise RooflineError("--from-results measures nothing: it takes no MODEL arguments or --engine (give each "
                                 "model with its file, MODEL=FILE)")
         _from_results(results, hardware_name, vllm_flags, save_key=save_key, hardware_file=hardware_file, name=name,
-                      as_json=as_json)
+                      as_json=as_json, config_only=config_only)
         return
     given = [f for f, v in vllm_flags.items() if v not in (None, False, 0, ())]
     if given:
@@ -176,7 +181,8 @@ def _load_point(model: str, path: str, run, where: str):
                        1e3 / tpot, run=run)
 
 
-def _from_results(results, hardware_name, vllm_flags, *, save_key, hardware_file, name, as_json) -> None:
+def _from_results(results, hardware_name, vllm_flags, *, save_key, hardware_file, name, as_json,
+                  config_only: bool = False) -> None:
     """calibrate --from-results: the files' levels, the fit, the entry (advise/result_fit)."""
     from roofline.advise.result_fit import ResultPoint, fit_results, fitted_entry
     from roofline.audit import load_inventory
@@ -200,7 +206,7 @@ def _from_results(results, hardware_name, vllm_flags, *, save_key, hardware_file
         where = f"--from-results {path}"
         data = load_json(path, "--from-results")
         if model not in inventories:
-            inventories[model] = load_inventory(model)
+            inventories[model] = load_inventory(model, config_only=config_only)
         runs = open_loop_runs(data, where)
         if runs:  # open loop: each run's requests through the load model, its TPOT against the file's
             points += [_load_point(model, path, run, where) for run in runs]

@@ -7,7 +7,7 @@ from roofline.errors import RooflineError
 from roofline.predict.hardware import DEFAULT_HARDWARE
 
 from . import types
-from .options import deployment_from, deployment_options, draft_inventory
+from .options import deployment_from, deployment_options, draft_inventory, no_cache_option
 from .output import echo, print_json
 
 EPILOG = ("Exit codes: 0 diagnosed; 1 nothing to diagnose (server or checkpoint unreadable), or vLLM would refuse "
@@ -41,9 +41,13 @@ EPILOG = ("Exit codes: 0 diagnosed; 1 nothing to diagnose (server or checkpoint 
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Add a doctor section to this HTML report, or write one (with the audit of the served checkpoint).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+@click.option("--revision", default=None, help="Hub revision of MODEL (branch, tag or commit).")
+@click.option("--config-only", is_flag=True, help="Read MODEL from its config.json alone (no safetensors), as audit "
+                                                  "--config-only does: offline with a cached config.")
+@no_cache_option
 @deployment_options
 def command(model, url, served_model, capture_path, hardware_name, bandwidth, context, max_tokens, runs, warmup,
-            timeout_s, no_bench, bench_json, as_json, html_path, quiet, **vllm_flags):
+            timeout_s, no_bench, bench_json, as_json, html_path, quiet, revision, config_only, no_cache, **vllm_flags):
     """Why a running vLLM server decodes below its roof: reads what the server says about itself
     (/v1/models, /version, /metrics, and the plugin's capture file), measures single-stream decode,
     predicts what this configuration and the best configuration of the same weights reach, and
@@ -84,7 +88,8 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
         bench = BenchConfig(url=url, model=served_model, max_tokens=max_tokens, runs=runs, warmup=warmup,
                             timeout_s=timeout_s).validate()
     obs = observe(url=url, served_model=served_model, model=model, capture_path=capture_path, bench=bench,
-                  context=context, timeout_s=timeout_s, progress=progress, saved=saved)
+                  context=context, timeout_s=timeout_s, progress=progress, saved=saved,
+                  source={"revision": revision, "config_only": config_only, "use_cache": not no_cache})
     measured = obs.measured_tok_s
     ctx = Context(hardware=hardware, evidence=obs.evidence, kv_fp8_supported=_kv_fp8_supported(obs, hardware),
                   graphs_off_by="cudagraph_mode" if obs.engine and not obs.engine.get("enforce_eager") else

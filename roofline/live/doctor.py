@@ -65,14 +65,17 @@ def _engine_facts(capture: dict) -> dict:
 
 
 def _inventory(model: str | None, capture_path: str | None, facts: ServerFacts | None,
-               capture: dict | None) -> tuple[Inventory, str]:
+               capture: dict | None, source: dict | None = None) -> tuple[Inventory, str]:
+    """`source`: how MODEL is read (load_inventory's revision / config_only / use_cache, as audit takes them)."""
+    source = source or {}
     if capture is not None:
         return inventory_from_capture_data(capture, where=capture_path), f"capture {capture_path}"
     if model:
-        return load_inventory(model), f"checkpoint {model}"
+        return load_inventory(model, **source), f"checkpoint {model}" + (" (config only)" if source.get("config_only")
+                                                                         else "")
     root = facts.root if facts else None
     if root and (os.path.isdir(root) or (looks_like_repo_id(root) and not os.path.isabs(root))):
-        return load_inventory(root), f"checkpoint {root} (the path the server says it loaded)"
+        return load_inventory(root, **source), f"checkpoint {root} (the path the server says it loaded)"
     raise UsageMissing("doctor needs the checkpoint: give MODEL (a folder or hub id) or --capture FILE"
                         + (f"; the server loaded {root!r}, which is not a folder here" if root else ""))
 
@@ -98,15 +101,15 @@ def _graphs(engine: dict) -> tuple[bool | None, str | None]:
 
 def observe(*, url: str | None, served_model: str | None, model: str | None, capture_path: str | None,
             bench: BenchConfig | None, context: int, timeout_s: float, progress=None,
-            saved: SavedStream | None = None) -> Observation:
+            saved: SavedStream | None = None, source: dict | None = None) -> Observation:
     """What the server says about itself, its capture, and its single-stream decode: measured here
     (`bench`) or read from a result file the user saved (`saved`: nothing is measured then)."""
     say = progress or (lambda message: None)
     facts = probe_server(url, served_model, timeout_s) if url else None
     capture = load_capture(capture_path) if capture_path else None
     engine = _engine_facts(capture) if capture else {}
-    inventory, source = _inventory(model, capture_path, facts, capture)
-    obs = Observation(facts=facts, engine=engine, inventory=inventory, inventory_source=source, serving=Serving(),
+    inventory, where = _inventory(model, capture_path, facts, capture, source)
+    obs = Observation(facts=facts, engine=engine, inventory=inventory, inventory_source=where, serving=Serving(),
                       saved=saved)
     if facts:
         obs.problems += facts.problems

@@ -33,7 +33,7 @@ def doctor_json(obs: Observation, diagnosis: Diagnosis, hardware: Hardware, what
                      "bandwidth_source": hardware.bandwidth_source},
         "inventory_source": obs.inventory_source,
         "server": {
-            "model": facts.model if facts else engine.get("model"),
+            "model": (facts.model if facts else engine.get("model")) or obs.inventory.model_id,
             "version": facts.version if facts else engine.get("vllm_version"),
             "max_model_len": facts.max_model_len if facts else engine.get("max_model_len"),
             "kv_cache_dtype": (facts.kv_cache_dtype if facts else None) or engine.get("kv_cache_dtype"),
@@ -85,7 +85,9 @@ def _tok_s(value) -> str:
 def render_doctor(payload: dict) -> str:
     server = payload["server"]
     spec = server.get("speculative")
-    lines = [f"doctor: {server.get('model')} at {payload.get('url') or '(no server: capture only)'}"
+    where = payload.get("url") or ("(no server: a saved result)" if payload.get("saved_measurement")
+                                   else "(no server: capture only)")
+    lines = [f"doctor: {server.get('model')} at {where}"
              f" on {payload['hardware']['name']} ({payload['hardware']['bandwidth_gbps']:g} GB/s)"]
     config = [f"KV {server.get('kv_cache_dtype') or '?'}",
               f"block {server.get('block_size') or '?'}",
