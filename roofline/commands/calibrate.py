@@ -190,7 +190,7 @@ def _from_results(results, hardware_name, vllm_flags, *, save_key, hardware_file
     from roofline.live.result_files import measured_levels, open_loop_runs
     from roofline.predict.hardware import entry_of, get_hardware
 
-    from .files import load_json
+    from .files import load_result
 
     if hardware_file and not save_key:
         raise RooflineError("--hardware-file needs --save KEY")
@@ -204,7 +204,7 @@ def _from_results(results, hardware_name, vllm_flags, *, save_key, hardware_file
         if not sep or not model or not path:
             raise RooflineError(f"--from-results {given!r}: give MODEL=FILE (the model the file measured, then the file)")
         where = f"--from-results {path}"
-        data = load_json(path, "--from-results")
+        data = load_result(path, "--from-results")
         if model not in inventories:
             inventories[model] = load_inventory(model, config_only=config_only)
         runs = open_loop_runs(data, where)

@@ -70,9 +70,9 @@ def command(model, url, served_model, capture_path, hardware_name, bandwidth, co
     if bench_json:
         from roofline.live.result_files import single_stream
 
-        from .files import load_json
+        from .files import load_result
 
-        saved = single_stream(load_json(bench_json, "--bench-json"), f"--bench-json {bench_json}")
+        saved = single_stream(load_result(bench_json, "--bench-json"), f"--bench-json {bench_json}")
     if url:
         split_url(url)
     hardware = get_hardware(hardware_name, bandwidth)

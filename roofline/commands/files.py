@@ -15,3 +15,19 @@ def load_json(path: str, what: str) -> dict:
     if not isinstance(data, dict):
         raise RooflineError(f"{where}: expected a JSON object")
     return data
+
+
+def load_result(path: str, what: str) -> dict:
+    """A result file: JSON (vllm bench serve, guidellm, llama-benchy --format json, roofline bench), or
+    llama-benchy's markdown table (its default output: live/result_files.benchy_markdown), as its JSON."""
+    from roofline.live.result_files import benchy_markdown
+
+    where = f"{what} {path}"
+    text = read_regular(path, where, MAX_JSON_BYTES).decode("utf-8", "replace")
+    if text.lstrip()[:1] in ("{", "["):
+        return load_json(path, what)
+    table = benchy_markdown(text, where)
+    if table is None:
+        raise RooflineError(f"{where}: neither JSON nor llama-benchy's markdown table (a result file of vllm bench "
+                            "serve, guidellm, llama-benchy or roofline bench)")
+    return table

@@ -12,7 +12,7 @@ from roofline.predict.verdict import impossible
 from . import types
 from .output import echo, print_json
 from .bench import bench_options, config_from
-from .files import load_json
+from .files import load_json, load_result
 from .options import no_cache_option, priced_audit, scenario_from, scenario_options
 
 
@@ -91,7 +91,7 @@ def command(model, measured_tok_s, bench_json, url, audit_json, revision, config
         from roofline.live.result_files import checked_measurement, open_loop_runs
 
         where = f"--bench-json {bench_json}"
-        data = load_json(bench_json, "--bench-json")
+        data = load_result(bench_json, "--bench-json")
         runs = open_loop_runs(data, where)
         if runs:
             if not model:

@@ -11,6 +11,7 @@ StatusDistributionSummary per metric, "successful" requests); llama-benchy
 schemas/benchmark_report_schema.json (BenchmarkReport, BenchmarkRun, BenchmarkMetric)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -20,6 +21,7 @@ from msgspec import Meta
 from roofline.errors import RooflineError
 from roofline.predict.traffic import BATCH_LIMIT, CONTEXT_LIMIT
 from roofline.schema import checked
+from roofline.untrusted import printable
 
 Positive = Annotated[float, Meta(gt=0, le=1e12)]
 Count = Annotated[float, Meta(ge=0, le=1e12)]
@@ -117,6 +119,14 @@ class BenchyRun(msgspec.Struct, forbid_unknown_fields=False):
     response_size: Annotated[int, Meta(ge=1, le=CONTEXT_LIMIT)]
     is_context_prefill_phase: bool = False
     tg_req_throughput: BenchyMetric | None = None
+    tg_throughput: BenchyMetric | None = None  # at one stream the only figure llama-benchy writes (req is None)
+
+    @property
+    def per_request(self) -> float | None:
+        """A stream's generation rate: tg_req_throughput, or at one stream tg_throughput (the same request's)."""
+        if self.tg_req_throughput is not None:
+            return self.tg_req_throughput.mean
+        return self.tg_throughput.mean if self.concurrency == 1 and self.tg_throughput is not None else None
 
 
 class BenchyReport(msgspec.Struct, forbid_unknown_fields=False):
@@ -127,21 +137,89 @@ class BenchyReport(msgspec.Struct, forbid_unknown_fields=False):
 
 def _from_llama_benchy(data: dict, where: str) -> dict:
     report = checked(data, BenchyReport, where)
-    runs = [r for r in report.benchmarks if not r.is_context_prefill_phase and r.tg_req_throughput
-            and r.tg_req_throughput.mean > 0]
+    runs = [r for r in report.benchmarks if not r.is_context_prefill_phase and r.per_request]
     if not runs:
         raise RooflineError(f"{where}: no generation runs (tg_req_throughput) in the llama-benchy report")
     # one scenario: the smallest context and prompt measured, at every concurrency it was measured at
     first = min(runs, key=lambda r: (r.context_size, r.prompt_size, r.concurrency))
     same = [r for r in runs if (r.context_size, r.prompt_size, r.response_size)
             == (first.context_size, first.prompt_size, first.response_size)]
-    levels = sorted({r.concurrency: r.tg_req_throughput.mean for r in same}.items())
+    levels = sorted({r.concurrency: r.per_request for r in same}.items())
     notes = [f"llama-benchy ({report.latency_mode} latency mode): context {first.context_size} + prompt "
              f"{first.prompt_size}, {first.response_size} tokens generated; a stream's rate is tg_req_throughput"]
     if len(runs) > len(same):
         notes.append(f"{len(runs) - len(same)} runs at other context sizes left out (validate each with --context)")
     return _bench(levels[0][1], levels, first.context_size + first.prompt_size, first.response_size, report.model,
                   notes)
+
+
+# llama-benchy --format md (its default, what published results are): a pipe table of model | test | t/s (or
+# "t/s (total)") | [t/s (req)] | ttfr (ms) | est_ppt (ms) | e2e_ttft (ms), each figure "mean ± std"; tests named
+# pp{P} / tg{N}, " @ d{D}" for a context depth, " (c{C})" for a concurrency when several ran, ctx_pp / ctx_tg for
+# the context's own prefill (llama_benchy/results.py _generate_rows, _generate_md_report)
+_BENCHY_TEST = re.compile(r"(?P<ctx>ctx_)?(?P<kind>pp|tg)(?P<size>\d+)?(?: @ d(?P<depth>\d+))?(?: \(c(?P<c>\d+)\))?")
+_BENCHY_VALUE = re.compile(r"(-?[0-9.]+)(?:\s*±\s*[0-9.]+)?")
+MAX_BENCHY_ROWS = 4096
+
+
+def benchy_markdown(text: str, where: str) -> dict | None:
+    """llama-benchy's markdown table as the JSON report it writes with --format json (the fields the reader above
+    takes: latency_mode, model, benchmarks[].concurrency / context_size / prompt_size / response_size /
+    tg_throughput / tg_req_throughput), or None where `text` holds no such table."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.strip().startswith("|")]
+    if len(rows) < 3:
+        return None
+    header = [h.lower() for h in rows[0]]
+    if "test" not in header or not any(h.startswith("t/s") for h in header):
+        return None
+    test = header.index("test")
+    total = next(i for i, h in enumerate(header) if h.startswith("t/s") and "req" not in h)
+    per_request = header.index("t/s (req)") if "t/s (req)" in header else None
+    model = header.index("model") if "model" in header else None
+    if len(rows) - 2 > MAX_BENCHY_ROWS:
+        raise RooflineError(f"{where}: more than {MAX_BENCHY_ROWS} rows in the llama-benchy table")
+    prompts: dict[tuple[int, int], int] = {}  # (depth, concurrency) -> the prompt size of its pp row
+    runs, name = [], None
+    for cells in rows[2:]:  # the header, then tabulate's alignment row
+        if len(cells) != len(header):
+            raise RooflineError(f"{where}: a row of {len(cells)} cells under a header of {len(header)}")
+        found = _BENCHY_TEST.fullmatch(cells[test])
+        if not found:
+            raise RooflineError(f"{where}: test {printable(cells[test], 40)!r} is not one llama-benchy writes "
+                                "(pp512, tg128 @ d4096, ctx_tg @ d4096 (c2), ...)")
+        depth, concurrency = int(found["depth"] or 0), int(found["c"] or 1)
+        name = name or (cells[model] if model is not None else None)
+        if found["kind"] == "pp":
+            prompts[(depth, concurrency)] = int(found["size"] or 0)
+            continue
+        if found["ctx"]:
+            continue  # the context's own generation: not a run at a prompt
+        rate = _benchy_value(cells[per_request] if per_request is not None else "", where) if concurrency > 1 \
+            else _benchy_value(cells[total], where)
+        if rate is None and concurrency > 1:  # no per-request column: the total shared by the streams
+            whole = _benchy_value(cells[total], where)
+            rate = whole / concurrency if whole is not None else None
+        if rate is None or int(found["size"] or 0) < 1:
+            continue
+        runs.append({"concurrency": concurrency, "context_size": depth,
+                     "prompt_size": prompts.get((depth, concurrency), 0), "response_size": int(found["size"]),
+                     "is_context_prefill_phase": False, "tg_req_throughput": {"mean": rate}})
+    if not runs:
+        raise RooflineError(f"{where}: the llama-benchy table has no generation (tg) rows")
+    return {"latency_mode": "not in the markdown table", "model": name, "benchmarks": runs}
+
+
+def _benchy_value(cell: str, where: str) -> float | None:
+    if not cell:
+        return None
+    found = _BENCHY_VALUE.fullmatch(cell)
+    if not found:
+        raise RooflineError(f"{where}: {printable(cell, 40)!r} is not a llama-benchy figure (mean ± std)")
+    value = float(found.group(1))
+    if not 0 <= value <= 1e9:
+        raise RooflineError(f"{where}: {value:g} tok/s is not a rate")
+    return value
 
 
 # ----------------------------------------------------------------------------- one shape
