@@ -84,8 +84,9 @@ def test_doctor_names_the_launched_configuration(checkpoint, tmp_path, cpu_hardw
 
 def test_doctor_without_the_plugin_and_a_server_that_dies(checkpoint, tmp_path, cpu_hardware):
     model = checkpoint("qwen3_dense")
+    # --enforce-eager: nothing here reads the graph mode (no plugin), and the engine starts in ~30 s instead of ~50
     with vllm_server(model, tmp_path / "vllm.log", "--dtype", "bfloat16", "--max-model-len", "512",
-                     "--max-num-seqs", "2", served_name="tiny") as server:
+                     "--max-num-seqs", "2", "--enforce-eager", served_name="tiny") as server:
         proc = doctor(cpu_hardware, "--url", server.url, "--runs", "2", "--max-tokens", "32", "--json")
         assert proc.returncode == 0, proc.stderr
         result = json.loads(proc.stdout)

@@ -140,8 +140,9 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
     bandwidth = calibration["bandwidth_gbps"]
 
     bench_json, record = tmp_path / "bench.json", tmp_path / "validation.jsonl"
+    # --enforce-eager: vLLM-CPU has no CUDA graphs to run, and without torch.compile the engine starts in ~30 s
     with vllm_server(model_dir, tmp_path / "vllm.log", "--dtype", "bfloat16", "--max-model-len", "1024",
-                     "--max-num-seqs", "32") as server:
+                     "--max-num-seqs", "32", "--enforce-eager") as server:
         url = server.url
         # 2. bench end to end: single stream plus a short concurrency sweep
         bench_text = roofline("bench", "--url", url, "--max-tokens", str(MAX_TOKENS), "--runs", "5",
@@ -213,7 +214,8 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
     # model of the same deployment: the file's own figures, the model's beside them
     saved = json.loads(rate_result.read_text())
     load = json.loads(roofline("validate", str(model_dir), "--bench-json", str(rate_result), "--hardware", "e2e-cpu",
-                               "--max-model-len", "1024", "--max-num-seqs", "32", "--json", env=env).stdout)
+                               "--max-model-len", "1024", "--max-num-seqs", "32", "--enforce-eager", "--json",
+                               env=env).stdout)
     assert load["schema"] == "roofline.validate_load/1"
     (run,) = load["runs"]
     assert run["tool"] == "vllm bench serve" and run["requests"] == 12 and run["rate"] == 2

@@ -190,7 +190,10 @@ def _counters(obs: Observation, before: Metrics | None, after: Metrics | None) -
         if value is not None:
             obs.counters[key] = int(value)
     read = _counter_delta(obs, before, after, "estimated_read_bytes")
-    if read is not None and generated:
+    if read == 0 and generated:  # the counter is there but did not move: vLLM estimates nothing without the flag
+        obs.unseen.append("vLLM's own bytes estimate (its counter did not move: start the server with "
+                          "--enable-mfu-metrics)")
+    elif read is not None and generated:
         per_token = read / generated
         # a decode step reads at most every weight the model holds and every sequence's KV: vLLM's estimate
         # (one byte size per quantization method, no ignore lists) strays from that by tens of percent, never
