@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU harness on the lent machine, in back-to-back `device` calls while it stays warm:
-#   benchmarks/gpu_vllm/run_probe.sh stage        (carry .whl/vllm-site/part00, then part01: one per call)
+#   benchmarks/gpu_vllm/run_probe.sh stage        (carry .whl/vllm-site/part00, part01, ...: one per call, each
+#       with the working tree under the 64 MiB a call carries: `split -b 40M -d -a 2 site.tar.xz part`)
 #   benchmarks/gpu_vllm/run_probe.sh run CASES... (carry the last part: unpack the site, run the cases)
 #   benchmarks/gpu_vllm/run_probe.sh calibrate [ARGS...]  (roofline calibrate --engine vllm ARGS as a user
 #       runs it; carry .whl/roofline-deps too: roofline's own pure-Python requirements the image lacks)

@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from points import CASES, GB10_MODELS, gb10_bursts, h200_loads  # noqa: E402
+from points import CASES, GB10_MODELS, HELD_OUT, gb10_bursts, h200_loads, h200_ttft  # noqa: E402
 from predict import server  # noqa: E402
 
 from roofline.advise.load import serve  # noqa: E402
@@ -42,7 +42,7 @@ def trace(run: dict) -> Workload:
 def main() -> int:
     rows = []
     for case, name, run in h200_loads():
-        config, flags, _ = CASES[case]
+        config, flags, _ = {**CASES, **HELD_OUT}[case]
         s = server("h200", config, flags)
         pricer = s.pricer
         pricer.config = replace(pricer.config, prompt_routing=1.0)  # dummy weights: each token routes on its own
@@ -81,9 +81,29 @@ def main() -> int:
     print(f"  {'gb10 bursts':14} {100 * summary['gb10_burst_ttft_mean']['mean_abs_error']:5.1f}%  (worst "
           f"{100 * summary['gb10_burst_ttft_mean']['worst']:+.0f}%, {len(errors)} bursts: the mean TTFT of N prompts "
           "sent at once)")
+    held_out = held_out_ttft()
     OUT.write_text(json.dumps({"schema": "roofline.load_check/1", "rows": rows, "gb10_bursts": bursts,
-                               "summary": summary}, indent=1, sort_keys=True) + "\n")
+                               "held_out_ttft": held_out, "summary": summary}, indent=1, sort_keys=True) + "\n")
     return 0
+
+
+def held_out_ttft() -> list[dict]:
+    """First tokens of the cases no fit saw (points.HELD_OUT: Qwen3-8B with a 2,048-token step budget, its prompts
+    in chunks), beside the same model at vLLM's default budget (fitted) and the model's."""
+    fitted = {(p.case, p.prompt): p.ttft_s for p in h200_ttft()}
+    out = []
+    print(f"\n{'held out (never fitted)':26}{'prompt':>8}{'measured':>10}{'predicted':>11}{'error':>8}"
+          f"{'default budget':>16}")
+    for p in h200_ttft(HELD_OUT):
+        s = server("h200", p.model, p.serve)
+        predicted = s.first_token_s(p.prompt)
+        base = fitted.get((p.case.split("-b")[0], p.prompt))
+        out.append({"case": p.case, "serve": p.serve, "prompt": p.prompt, "measured_ms": p.ttft_s * 1e3,
+                    "predicted_ms": predicted * 1e3, "error": predicted / p.ttft_s - 1,
+                    "default_budget_measured_ms": base * 1e3 if base else None, "source": p.source})
+        print(f"{p.case:26}{p.prompt:>8}{p.ttft_s * 1e3:>10.1f}{predicted * 1e3:>11.1f}"
+              f"{100 * (predicted / p.ttft_s - 1):>+7.0f}%{base * 1e3 if base else float('nan'):>16.1f}")
+    return out
 
 
 def gb10() -> list[dict]:

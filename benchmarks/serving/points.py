@@ -35,6 +35,11 @@ CASES = {
     "nemotron-nano-13l": ("benchmarks/gpu_vllm/configs/Nemotron-3-Nano-13layers", "", "hybrid mamba"),
 }
 
+# cases measured to check the model, never fitted: the step budget (--max-num-batched-tokens) chunking a prompt
+HELD_OUT = {
+    "qwen3-8b-b2048": ("tests/reference_configs/Qwen__Qwen3-8B", "--max-num-batched-tokens 2048", "dense bf16"),
+}
+
 
 @dataclass
 class TtftPoint:
@@ -55,9 +60,10 @@ def _load(path: Path) -> dict:
         return json.load(fh)
 
 
-def h200_ttft() -> list[TtftPoint]:
+def h200_ttft(cases: dict | None = None) -> list[TtftPoint]:
+    """One request at a time at each prompt length, of `cases` (default: the fitted CASES)."""
     out = []
-    for case, (config, flags, family) in CASES.items():
+    for case, (config, flags, family) in (CASES if cases is None else cases).items():
         path = H200 / f"{case}-ttft.json.gz"
         if not path.exists():
             continue
