@@ -5,7 +5,7 @@ JSON schema (stable keys; version in "schema"): see README.md, "audit --json".
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from roofline.model.formats import PLAIN_FORMATS, format_label
 from roofline.model.grouping import short_label
@@ -15,6 +15,7 @@ from roofline.model.roles import roles_where
 from roofline.predict.bands import Band, band_for, band_json
 from roofline.predict.graphs import cuda_graph_summary
 from roofline.predict.hardware import Hardware
+from roofline.predict.first_token import FirstToken
 from roofline.predict.step import StepConfig, StepTime, price_step
 from roofline.predict.traffic import Scenario, Traffic, compute_traffic
 from roofline.sources.capture import inventory_from_capture
@@ -85,6 +86,7 @@ class AuditResult:
     notes: list[str] = field(default_factory=list)
     cuda_graph: dict | None = None  # roofline.predict.graphs.cuda_graph_summary, on a GPU
     deployment: object = None  # roofline.predict.deployment.Deployment the step runs (None: vLLM's defaults)
+    first_token: FirstToken | None = None  # a prompt of the scenario's context, alone (predict/first_token.py)
 
     @property
     def quantized(self) -> bool:
@@ -141,6 +143,7 @@ class AuditResult:
             "ceiling_tok_s": self.ceiling_tok_s,
             "ceiling_tok_s_per_stream": self.ceiling_tok_s / self.scenario.batch,
             "expected_tok_s": self.expected_tok_s,
+            "first_token": self.first_token.to_json() if self.first_token is not None else None,
             "expected_band": band_json(self.band()),
             "eager_band": band_json(self.band(graphs=False)),
             "efficiency": {"value": hw.efficiency, "kind": hw.efficiency_kind, "source": hw.efficiency_source},
@@ -204,6 +207,28 @@ def run_audit(inventory: Inventory, scenario: Scenario, hardware: Hardware, *,
               step_config: StepConfig | None = None, deployment=None) -> AuditResult:
     check_max_model_len(inventory.config, scenario.context, "--context")
     traffic = compute_traffic(inventory, scenario)
-    step = price_step(inventory, hardware, step_config or audit_step_config(scenario))
+    config = step_config or audit_step_config(scenario)
+    step = price_step(inventory, hardware, config)
     return AuditResult(inventory, scenario, hardware, traffic, step, group_modules(traffic, is_quantized(inventory)),
-                       cuda_graph=cuda_graph_summary(step), deployment=deployment)
+                       cuda_graph=cuda_graph_summary(step), deployment=deployment,
+                       first_token=first_token_of(inventory, hardware, config, deployment, scenario.context))
+
+
+def first_token_of(inventory: Inventory, hardware: Hardware, config: StepConfig, deployment, prompt: int) \
+        -> FirstToken | None:
+    """The first token of a `prompt`-token request alone on this deployment (vLLM's defaults where None): its
+    scheduler's step budget, its CUDA-graph capture, the step model's prompt steps, the host's time per request.
+    None for a data-parallel split (each engine answers its own requests: capacity prices one)."""
+    from roofline.predict.deployment import Deployment, capture_tokens
+    from roofline.predict.first_token import first_token
+    from roofline.predict.prefill import request_overhead_s
+    from roofline.predict.scheduler_config import scheduler_settings
+    from roofline.predict.step import StepPricer
+
+    if config.topology.dp > 1:
+        return None
+    deployment = deployment or Deployment()
+    if config.graphs and config.capture_tokens is None:
+        config = replace(config, capture_tokens=capture_tokens(deployment, hardware))
+    pricer = StepPricer(inventory, hardware, replace(config, batch=1, chunks=()))
+    return first_token(pricer, scheduler_settings(deployment, hardware), prompt, request_overhead_s(hardware))

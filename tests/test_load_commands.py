@@ -205,3 +205,14 @@ def test_calibrate_fits_the_efficiency_to_recorded_open_loop_runs(tmp_path):
         assert point["streams"] > 1  # requests in flight at 16 requests/s
     assert out["mean_abs_error"] < 0.15
     assert "open loop" in out["entry"]["efficiency_source"]
+
+
+def test_audit_prints_the_first_token_capacity_and_preflight_print():
+    """One pricing: audit's first token of a prompt of its context is capacity's and preflight's of that prompt."""
+    audit = _json("audit", QWEN3_8B, "--hardware", "h200", "--context", "3000", "--max-num-batched-tokens", "1024")
+    capacity = _json("capacity", QWEN3_8B, "--hardware", "h200", "--max-model-len", "4096", "--prompt-len", "3000",
+                     "--max-num-batched-tokens", "1024")
+    assert audit["first_token"]["ttft_ms"] == pytest.approx(capacity["first_token"]["ttft_ms"])
+    assert len(audit["first_token"]["prompt_steps_ms"]) == 3
+    text = run("audit", QWEN3_8B, "--hardware", "h200", "--context", "3000", "--max-num-batched-tokens", "1024").out
+    assert "first token" in text and "3,000-token prompt alone (3 prompt steps of up to 1,024 tokens" in text

@@ -32,6 +32,7 @@ from points import gb10_ttft, h200_ttft  # noqa: E402
 from predict import server  # noqa: E402
 
 from roofline.data import load_table  # noqa: E402
+from roofline.predict.first_token import prompt_chunks  # noqa: E402
 from roofline.predict.prefill import PrefillRates  # noqa: E402
 
 FIT_JSON = HERE / "fit.json"
@@ -77,7 +78,8 @@ def price(point, params: dict) -> float:
     if point.device != "gb10":  # dummy weights: every token routes on its own
         pricer.config = replace(config, prompt_routing=1.0)
     try:
-        return params["request_ms"] / 1e3 + sum(pricer.seconds(0, 0, (chunk,)) for chunk in s.chunks(point.prompt))
+        return params["request_ms"] / 1e3 + sum(pricer.seconds(0, 0, (chunk,))
+                                                for chunk in prompt_chunks(point.prompt, s.settings))
     finally:
         pricer._terms, pricer.config = terms, config
 

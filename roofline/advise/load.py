@@ -17,12 +17,13 @@ from dataclasses import dataclass, field, replace
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
 from roofline.predict.deployment import Deployment, step_config
+from roofline.predict.first_token import FirstToken, first_token
 from roofline.predict.hardware import Hardware
 from roofline.predict.load import LoadResult, simulate
 from roofline.predict.prefill import request_overhead_s
 from roofline.predict.scheduler import Blocks
 from roofline.predict.scheduler_config import SchedulerSettings, scheduler_settings
-from roofline.predict.step import Chunk, StepConfig, StepPricer
+from roofline.predict.step import StepConfig, StepPricer
 from roofline.predict.workload import Workload, generate
 
 SCHEMA = "roofline.load/1"
@@ -49,32 +50,16 @@ class Server:
     def blocks(self) -> Blocks:
         return Blocks(self.num_blocks, self.blocks_for)
 
+    def first_token(self, prompt: int) -> FirstToken:
+        """One request alone (predict/first_token.py): its prompt steps and the host's time."""
+        return first_token(self.pricer, self.settings, prompt, (self.overhead_s, self.overhead_kind,
+                                                                  self.overhead_source))
+
     def first_token_s(self, prompt: int) -> float:
-        """TTFT of one request alone: its prompt in chunks of the step budget (each a step of the step model:
-        the chunk's GEMMs, attention over the prompt so far, its KV written), the first token sampled in the
-        last, plus the host's time per request."""
-        return self.overhead_s + sum(self.pricer.seconds(0, 0, (chunk,)) for chunk in self.chunks(prompt))
+        return self.first_token(prompt).seconds
 
     def first_token_json(self, prompt: int) -> dict:
-        """The first token of one request alone, as its parts: the host's time and each prompt step."""
-        steps = [self.pricer.seconds(0, 0, (chunk,)) for chunk in self.chunks(prompt)]
-        rates = self.pricer._terms.rates
-        return {"prompt_len": prompt, "ttft_ms": (self.overhead_s + sum(steps)) * 1e3,
-                "request_overhead_ms": self.overhead_s * 1e3, "prompt_steps_ms": [s * 1e3 for s in steps],
-                "chunk_tokens": self.settings.max_num_batched_tokens,
-                "rates": {"where": rates.where, "kind": rates.kind, "source": rates.source, "band": rates.band},
-                "overhead": {"kind": self.overhead_kind, "source": self.overhead_source}}
-
-    def chunks(self, prompt: int) -> list[Chunk]:
-        budget = self.settings.max_num_batched_tokens
-        if self.settings.long_prefill_token_threshold:
-            budget = min(budget, self.settings.long_prefill_token_threshold)
-        out, done = [], 0
-        while done < prompt:
-            take = min(budget, prompt - done)
-            out.append(Chunk(take, done, done + take >= prompt))
-            done += take
-        return out
+        return self.first_token(prompt).to_json()
 
 
 def server_for(inventory: Inventory, hardware: Hardware, config: StepConfig, settings: SchedulerSettings, *,

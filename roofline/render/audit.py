@@ -66,6 +66,13 @@ def render_audit(result: AuditResult, max_rows: int = 25) -> str:
         f"{' ' + band_short(result.band()) if result.band() else ''}  ({step_made_of(result.step)})",
         f"  validated            {band_text(result.band())}",
     ]
+    ft = result.first_token
+    if ft is not None:
+        steps = len(ft.steps_s)
+        lines.append(f"  first token          {ft.seconds * 1e3:,.1f} ms for a {ft.prompt:,}-token prompt alone"
+                     f" ({steps} prompt step{'s' if steps > 1 else ''} of up to {ft.chunk_tokens:,} tokens"
+                     f" + the host's {ft.overhead_s * 1e3:.1f} ms; prompt rates ±{100 * ft.rates['band']:.0f}%,"
+                     f" {ft.rates['kind']})")
     cg = result.cuda_graph
     if cg is not None:
         eager = result.band(graphs=False)
