@@ -34,6 +34,7 @@ STAND_INS = {
     "capture.json": "examples/doctor/qwen3-next-nvfp4-eager.capture.json",
     "/tmp/capture.json": "examples/doctor/qwen3-next-nvfp4-eager.capture.json",
     "step.pt.trace.json.gz": "tests/fixtures/traces/h200_hybrid_qwen3_6_24layers_step.json.gz",
+    "requests.jsonl": "examples/traces/requests.jsonl",
 }
 OUTPUTS = ("report.html", "audit.json", "sweep.json")  # files a command writes: into the test's folder
 # what only parses here, and why (matched against the command line)
@@ -43,6 +44,8 @@ PARSE_ONLY = {
     r"^capture\b|--engine vllm": "a vLLM engine start (tests/test_capture*.py and test_calibrate_engine.py run it)",
     r"--device cuda": "a GPU",
     r"--bench-json sweep.json": "a bench result of a running server",
+    r"--bench-json rate-8.json": "an open-loop result of a running server (tests/test_load_commands.py replays the "
+                                 "recorded H200 runs)",
 }
 
 
