@@ -298,7 +298,7 @@ def preflight(serve_line: str | list[str] | None = None, *, recipe: str | None =
     if recipe is not None:
         from roofline.sources.recipe import read_recipe
 
-        read = read_recipe(recipe, dict(overrides or {}))
+        read = read_recipe(recipe, dict(overrides or {}), hardware=get_hardware(hardware, bandwidth).key)
         serve_line, line_env, recipe_json = read.serve_line, dict(read.env), read.to_json()
     deployment = parse_serve_line(serve_line, {**line_env, **(env or {})})
     per_token = acceptance_for(deployment, acceptance_rate, mean_acceptance_length)

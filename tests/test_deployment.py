@@ -166,20 +166,26 @@ def test_an_fp4_gemm_backend_on_hopper_is_refused_as_vllm_would():
     result = invoke("audit", HYBRID_NVFP4, "--hardware", "h100-sxm", "--moe-backend", "flashinfer_cutlass")
     assert isinstance(result.exception, RooflineError)
     assert "compute capability 10 or newer" in str(result.exception) and "9.0" in str(result.exception)
-    # the same flag runs on GB10 (12.1)
-    assert as_json("audit", HYBRID_NVFP4, "--hardware", "gb10", "--moe-backend", "flashinfer_cutlass")
+    # the same flag runs on GB10 (12.1) for experts with FP4 activations (this checkpoint's are weight-only: #45.8)
+    assert as_json("audit", str(REFERENCE / "nvidia__Qwen3-30B-A3B-NVFP4"), "--hardware", "gb10", "--moe-backend",
+                   "flashinfer_cutlass")
 
 
 def test_environment_switches_pick_the_backend_a_flag_would():
-    by_env = as_json("audit", HYBRID_NVFP4, "--hardware", "gb10", "--env", "VLLM_USE_FLASHINFER_MOE_FP4=1")
-    by_flag = as_json("audit", HYBRID_NVFP4, "--hardware", "gb10", "--moe-backend", "flashinfer_cutlass")
-    default = as_json("audit", HYBRID_NVFP4, "--hardware", "gb10")
-    assert by_env["step"] == by_flag["step"] and by_env["expected_tok_s"] != default["expected_tok_s"]
+    # (the W4A4 NVFP4 MoE: the flag is refused for weight-only experts, the 0.22-0.26 switch is not)
+    w4a4 = str(REFERENCE / "nvidia__Qwen3-30B-A3B-NVFP4")
+    by_env = as_json("audit", w4a4, "--hardware", "gb10", "--env", "VLLM_USE_FLASHINFER_MOE_FP4=1")
+    by_flag = as_json("audit", w4a4, "--hardware", "gb10", "--moe-backend", "flashinfer_cutlass")
+    marlin = as_json("audit", w4a4, "--hardware", "gb10", "--moe-backend", "marlin")
+    assert by_env["step"] == by_flag["step"] and by_env["expected_tok_s"] != marlin["expected_tok_s"]
     assert by_env["deployment"]["env"] == {"VLLM_USE_FLASHINFER_MOE_FP4": "1"}
+    # the switch on the weight-only experts is read as those images ran it, not refused
+    assert as_json("audit", HYBRID_NVFP4, "--hardware", "gb10", "--env", "VLLM_USE_FLASHINFER_MOE_FP4=1")
+    default = as_json("audit", w4a4, "--hardware", "gb10")
     # the flag wins over the deprecated switch, as in vLLM
-    both = as_json("audit", HYBRID_NVFP4, "--hardware", "gb10", "--env", "VLLM_USE_FLASHINFER_MOE_FP4=1",
+    both = as_json("audit", w4a4, "--hardware", "gb10", "--env", "VLLM_USE_FLASHINFER_MOE_FP4=1",
                    "--moe-backend", "marlin")
-    assert both["expected_tok_s"] == default["expected_tok_s"]
+    assert both["expected_tok_s"] == marlin["expected_tok_s"] != default["expected_tok_s"]
 
 
 def test_acceptance_is_given_as_vllm_reports_it():

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from roofline.audit import AuditResult, run_audit
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
-from roofline.predict.deployment import Deployment, flags, step_config
+from roofline.predict.deployment import Deployment, checkpoint_notes, flags, step_config
 from roofline.predict.hardware import Hardware
 from roofline.predict.scheduler_config import scheduler_settings
 from roofline.predict.speculation import break_even, vllm_acceptance_rate
@@ -140,6 +140,7 @@ def _price(inventory: Inventory, deployment: Deployment, hardware: Hardware, wor
 def preflight(inventory: Inventory, deployment: Deployment, hardware: Hardware, workload: Workload, *,
               draft: Inventory | None = None, recipe: dict | None = None) -> Preflight:
     """The answer for exactly this deployment, each flag's effect beside it."""
+    deployment = replace(deployment, notes=deployment.notes + checkpoint_notes(deployment, inventory))
     found = vllm_refusals(deployment, inventory, hardware)
     try:
         priced = _price(inventory, deployment, hardware, workload, draft)

@@ -14,10 +14,14 @@ from .output import echo, print_json
 @click.command(name="preflight", context_settings={"ignore_unknown_options": True})
 @click.argument("serve_line", nargs=-1, type=click.UNPROCESSED)
 @click.option("--recipe", "recipe_path", type=click.Path(dir_okay=False), default=None,
-              help="A recipe YAML (eugr/spark-vllm-docker recipes/: model, defaults, env, command); words after "
-                   "-- are appended to its command as the recipe runner's extra arguments.")
+              help="A recipe YAML: the Spark community's (eugr/spark-vllm-docker recipes/: model, defaults, env, "
+                   "command), vLLM's own (vllm-project/recipes models/ORG/MODEL.yaml: variants, features, hardware "
+                   "overrides; read for --hardware's profile) or a compose file (the service running vLLM). Words "
+                   "after -- are appended to its command as the recipe runner's extra arguments.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override one of the recipe's defaults (tensor_parallel, max_model_len, ...), as its runner does.")
+              help="Override one of the recipe's defaults (tensor_parallel, max_model_len, ...), as its runner does; "
+                   "for vLLM's recipes variant=, hardware=, strategy=, features=a,b and FEATURE=MODE; for a compose "
+                   "file service=.")
 @click.option("--hardware", "hardware_name", default=DEFAULT_HARDWARE, show_default=True,
               help="Target from the hardware catalogue or a `calibrate --save` entry.")
 @click.option("--bandwidth", type=types.BANDWIDTH_GBPS, default=None, help="Override the memory bandwidth, GB/s.")
@@ -65,7 +69,8 @@ def command(serve_line, recipe_path, overrides, hardware_name, bandwidth, prompt
     if recipe_path:
         from roofline.sources.recipe import read_recipe
 
-        recipe = read_recipe(recipe_path, parse_env_assignments(overrides, "--set"), extra_args=words)
+        recipe = read_recipe(recipe_path, parse_env_assignments(overrides, "--set"), extra_args=words,
+                             hardware=get_hardware(hardware_name, bandwidth).key)
         env = dict(recipe.env)
         line = recipe.serve_line
     else:

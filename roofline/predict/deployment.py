@@ -536,9 +536,17 @@ def parse_env_assignments(items: Iterable[str], option: str = "--env") -> dict[s
 _ENTRYPOINTS = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 
 
-def split_serve_line(words: list[str]) -> tuple[dict[str, str], list[str]]:
-    """`[KEY=VALUE ...] (vllm serve MODEL | python -m vllm.entrypoints.openai.api_server) ARGS` ->
-    (environment assignments, the arguments after the program, MODEL first when positional)."""
+def split_serve_line(words: list[str]) -> tuple[dict[str, str], list[str], list[str]]:
+    """`[KEY=VALUE ...] (vllm serve MODEL | python -m vllm.entrypoints.openai.api_server) ARGS`, or a container
+    started with one (`docker run ...`, `docker compose ...`: predict/container.py) -> (environment
+    assignments, the arguments after the program, MODEL first when positional; notes on the reading)."""
+    from .container import container_serve_words, is_container_line
+
+    notes: list[str] = []
+    if is_container_line(list(words)):
+        container_env, words, notes = container_serve_words(list(words))
+        env, args, _ = split_serve_line(words)
+        return {**container_env, **env}, args, notes
     env: dict[str, str] = {}
     rest, start = list(words), 0
     while start < len(rest):  # KEY=VALUE assignments, and `env` before them (`env K=V vllm serve ...`)
@@ -550,12 +558,13 @@ def split_serve_line(words: list[str]) -> tuple[dict[str, str], list[str]]:
         start += 1
     rest = rest[start:]
     if len(rest) >= 2 and rest[0].rsplit("/", 1)[-1] == "vllm" and rest[1] == "serve":
-        return env, rest[2:]
+        return env, rest[2:], notes
     if (len(rest) >= 3 and re.fullmatch(r"python[0-9.]*", rest[0].rsplit("/", 1)[-1]) and rest[1] == "-m"
             and rest[2] in _ENTRYPOINTS):
-        return env, rest[3:]
-    raise RooflineError("not a vLLM serve line: give `vllm serve MODEL ...` or "
-                        "`python -m vllm.entrypoints.openai.api_server --model MODEL ...`")
+        return env, rest[3:], notes
+    raise RooflineError("not a vLLM serve line: give `vllm serve MODEL ...`, "
+                        "`python -m vllm.entrypoints.openai.api_server --model MODEL ...` or the `docker run ...` "
+                        "line that starts one")
 
 
 # vLLM's compilation flags (vllm/engine/arg_utils.py): -O N (the optimization level), -cc / --compilation-config
@@ -615,7 +624,7 @@ def parse_serve_line(words: list[str] | str, env: Mapping[str, str] | None = Non
             words = shlex.split(words.replace("\\\n", " "))
         except ValueError as exc:
             raise RooflineError(f"the serve line does not parse as a shell command: {exc}") from None
-    line_env, args = split_serve_line(words)
+    line_env, args, line_notes = split_serve_line(words)
     args = redact_args(args)  # a credential's value never enters the Deployment (nor what it prints)
     env = {**(env or {}), **line_env}
     with_value, without_value = _ignored()
@@ -682,7 +691,8 @@ def parse_serve_line(words: list[str] | str, env: Mapping[str, str] | None = Non
     if model is None:
         raise RooflineError("the serve line names no model (`vllm serve MODEL` or --model MODEL)")
     deployment = from_values(values, env, spelled=spelled, model=model)
-    return replace(deployment, not_modelled=tuple(not_modelled), ignored=tuple(ignored))
+    return replace(deployment, not_modelled=tuple(not_modelled), ignored=tuple(ignored),
+                   notes=tuple(printable(n, 300) for n in line_notes) + deployment.notes)
 
 
 # ----------------------------------------------------------------------------- vLLM's refusals
@@ -712,6 +722,8 @@ def refusals(deployment: Deployment, inventory: Inventory, hardware: Hardware,
             if float(hardware.compute_capability or 0) < 8.0 and hardware.host != "cpu":
                 out.append(f"--quantization fp8: needs compute capability 8.0 or newer ({hardware.name}: "
                            f"{hardware.compute_capability})")
+        elif claimed_quantization(inventory) is not None:
+            pass  # a method claims the checkpoint: vLLM runs it whatever the flag says (checkpoint_notes)
         elif deployment.quantization != method and not method.startswith(deployment.quantization):
             out.append(f"--quantization {deployment.quantization}: Quantization method specified in the model "
                        f"config ({method}) does not match the quantization method specified in the "
@@ -721,7 +733,11 @@ def refusals(deployment: Deployment, inventory: Inventory, hardware: Hardware,
         name = getattr(deployment, f"{kind}_backend")
         if name is None or fmt in ("bf16", "fp16", "fp32"):
             continue
-        reason = _backend_refusal(fmt, name, kind, hardware)
+        # a backend set by a deprecated switch is read as the 0.22-0.26 images that read it ran it; vLLM 0.32's
+        # activation-scheme check applies to the flag
+        by_flag = dict(deployment.spelled).get(f"{kind}_backend", "").startswith("-")
+        reason = _backend_refusal(fmt, name, kind, hardware) or (
+            _scheme_refusal(inventory, name, kind) if by_flag else None)
         if reason:
             out.append(reason)
     from roofline.model.limits import max_positions
@@ -747,6 +763,44 @@ def refusals(deployment: Deployment, inventory: Inventory, hardware: Hardware,
         out.append(f"--speculative-config method mtp: {inventory.model_id} has no MTP layers "
                    "(num_nextn_predict_layers / mtp_num_hidden_layers is 0)")
     return out
+
+
+def claimed_quantization(inventory: Inventory) -> str | None:
+    """The method vLLM runs a checkpoint with whatever --quantization says (a method whose
+    override_quantization_method claims its config: vllm_args.toml [[quantization_claim]]); None: none claims it."""
+    method = _quant_method(inventory)
+    algo = (inventory.quant.algo or "").upper()
+    model_type = (inventory.config or {}).get("model_type")
+    for claim in load_table("vllm_args")["quantization_claim"]:
+        if not method.startswith(claim["quant_method"]):
+            continue
+        pattern = claim.get("algo")
+        if pattern and not (algo == pattern[1:] if pattern[0] == "=" else pattern[1:] in algo):
+            continue
+        if claim.get("model_type") and claim["model_type"] != model_type:
+            continue
+        return claim["runs"]
+    return None
+
+
+def checkpoint_notes(deployment: Deployment, inventory: Inventory) -> tuple[str, ...]:
+    """What vLLM makes of the deployment's flags on this checkpoint that the flags alone do not say."""
+    claimed = claimed_quantization(inventory) if deployment.quantization else None
+    if claimed is None or claimed == deployment.quantization:
+        return ()
+    return (f"--quantization {deployment.quantization}: vLLM reads the checkpoint's {_quant_method(inventory)} "
+            f"config and runs {claimed} whatever the flag says (ModelConfig._verify_quantization)",)
+
+
+def _scheme_refusal(inventory: Inventory, name: str, kind: str) -> str | None:
+    """vLLM's refusal of a backend that cannot run the activation scheme of the checkpoint's layers of
+    this kind (weight-only NVFP4 on a W4A4 kernel: vllm_args.toml [[weight_only_kernels]])."""
+    formats = {m.format for m in inventory.modules if (m.role == "moe_experts") == (kind == "moe")}
+    for entry in load_table("vllm_args")["weight_only_kernels"]:
+        if entry["kind"] == kind and entry["format"] in formats and name not in entry["backends"]:
+            return (f"--{kind}-backend {name}: " + entry["refusal"].format(upper=name.upper(), name=name)
+                    + f" (vLLM runs these layers on {', '.join(entry['backends'])})")
+    return None
 
 
 def _family(fmt: str) -> str:

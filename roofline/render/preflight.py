@@ -17,6 +17,9 @@ def render_preflight(payload: dict) -> str:
     if payload.get("recipe"):
         recipe = payload["recipe"]
         lines += wrapped(f"recipe: {recipe['name']} ({recipe['path']})", width)
+        if recipe.get("chosen"):
+            lines += wrapped("chosen: " + "  ".join(f"{k}={v}" for k, v in recipe["chosen"].items())
+                             + "  (--set KEY=VALUE to change)", width, "", "  ")
         lines += wrapped(f"runs: {recipe['serve_line']}", width, "", "  ")
     lines += wrapped(f"preflight: {payload['model']} on {payload['hardware']}", width)
     flags = [f["given"] for f in deployment["flags"]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -43,11 +43,14 @@ class Recipe:
     env: dict[str, str]
     defaults: dict[str, str]
     cluster_only: bool = False
+    # what a vLLM recipe was read for (variant, hardware profile, strategy, features, modes), each settable
+    # with --set; empty for the other kinds
+    chosen: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"path": self.path, "name": self.name, "model": self.model,
                 "serve_line": redact_command(self.serve_line), "env": redact_env(self.env),
-                "defaults": redact_env(self.defaults), "cluster_only": self.cluster_only}
+                "defaults": redact_env(self.defaults), "chosen": dict(self.chosen), "cluster_only": self.cluster_only}
 
 
 def _text(value) -> str:
@@ -93,8 +96,12 @@ def fill_template(command: str, values: dict[str, str], path: str) -> str:
     return " ".join("".join(parts).replace("\\\n", " ").split())
 
 
-def read_recipe(path: str, overrides: dict[str, str] | None = None, extra_args: list[str] | None = None) -> Recipe:
-    """The serve line and environment a recipe runs, `overrides` applied to its defaults."""
+def read_recipe(path: str, overrides: dict[str, str] | None = None, extra_args: list[str] | None = None,
+                hardware: str | None = None) -> Recipe:
+    """The serve line and environment a recipe runs, `overrides` applied to its defaults. Three kinds are
+    read: the Spark community's (a `command` template), vLLM's own recipes (a `model` mapping, variants
+    and features: sources/vllm_recipe.py, for the profile of `hardware`) and a compose file (`services`:
+    the service that runs vLLM, read as `docker compose up` runs it)."""
     import yaml
 
     raw = read_regular(path, f"--recipe {path}", MAX_RECIPE_BYTES)
@@ -107,7 +114,14 @@ def read_recipe(path: str, overrides: dict[str, str] | None = None, extra_args: 
     if too_deep(data):
         raise RooflineError(f"{path}: nested too deep, not a recipe")
     if not isinstance(data, dict):
-        raise RooflineError(f"{path}: a recipe is a YAML mapping with a `command` (eugr/spark-vllm-docker recipes/)")
+        raise RooflineError(f"{path}: a recipe is a YAML mapping with a `command` (eugr/spark-vllm-docker recipes/), "
+                            "vLLM's recipe format (a `model` mapping) or a compose file (`services`)")
+    from .vllm_recipe import is_vllm_recipe, read_vllm_recipe
+
+    if is_vllm_recipe(data):
+        return read_vllm_recipe(data, path, dict(overrides or {}), hardware, extra_args)
+    if isinstance(data.get("services"), dict) and "command" not in data:
+        return _compose(data, path, dict(overrides or {}), extra_args)
     recipe = checked(data, RecipeFile, path)
     defaults = {key: _text(value) for key, value in recipe.defaults.items()}
     for key, value in (overrides or {}).items():
@@ -120,3 +134,22 @@ def read_recipe(path: str, overrides: dict[str, str] | None = None, extra_args: 
     env = {key: _text(value) for key, value in recipe.env.items()}
     return Recipe(path=path, name=recipe.name or os.path.basename(path), model=recipe.model, serve_line=line,
                   env=env, defaults=defaults, cluster_only=bool(recipe.cluster_only))
+
+
+def _compose(data: dict, path: str, overrides: dict[str, str], extra_args: list[str] | None) -> Recipe:
+    """A compose file: the line `docker compose -f FILE up SERVICE` (read by roofline/predict/container.py as
+    Docker runs the service: image, entrypoint, command, environment, env_file, volumes)."""
+    import shlex
+
+    unknown = sorted(set(overrides) - {"service"})
+    if unknown:
+        raise RooflineError(f"{path}: --set {unknown[0]}: a compose file takes --set service=NAME")
+    if extra_args:
+        raise RooflineError(f"{path}: a compose file's serve line is its service's command; add the flags there")
+    service = overrides.get("service")
+    if service is not None and service not in data["services"]:
+        raise RooflineError(f"{path}: no service {printable(service, 60)!r} (it has "
+                            f"{', '.join(map(str, data['services']))})")
+    line = ["docker", "compose", "-f", path, "up"] + ([service] if service else [])
+    return Recipe(path=path, name=service or os.path.basename(path), model=None, serve_line=shlex.join(line),
+                  env={}, defaults={"service": service} if service else {})
