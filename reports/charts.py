@@ -242,23 +242,26 @@ def tok_s_log_axis(values: list[float]) -> dict:
 
 def _step_curves(audit: dict, bytes_per_token: float):
     """The step model's expected tok/s as a function of bytes per token, through the audit's own
-    point: the memory time at the bandwidth this step reaches plus the step's other time (launches,
-    communication), with CUDA graphs and, where the audit prices it, eager. (name, f, dash)."""
+    points: the step's memory time scaled with the bytes plus its other time (launches, communication),
+    times the tokens a step emits (more than one under speculation), with CUDA graphs and, where the
+    audit prices it, eager (its own launch time, through its own point). (name, f, dash)."""
     breakdown = (audit.get("step") or {}).get("breakdown") or {}
     memory_ms, step_ms = first_number(breakdown, "memory_ms"), first_number(breakdown, "step_ms")
-    if not (memory_ms and step_ms and bytes_per_token):
+    expected = first_number(audit, "expected_tok_s")
+    if not (memory_ms and step_ms and bytes_per_token and expected):
         return []
-    reached = bytes_per_token / (memory_ms * 1e-3)  # bytes/s this step's memory time implies
+    tokens_per_step = expected * step_ms / 1e3  # 1 without speculation; accepted drafts + 1 with it
 
     def curve(other_ms: float):
-        return lambda x: 1e3 / (x / reached * 1e3 + other_ms)
+        return lambda x: tokens_per_step * 1e3 / (memory_ms * x / bytes_per_token + other_ms)
 
     other = step_ms - memory_ms
-    out = [(f"expected: {reached / 1e9:.0f} GB/s reached + {other:.2f} ms per step (launches, CUDA graphs)",
-            curve(other), "dash")]
+    per_step = "" if abs(tokens_per_step - 1) < 1e-6 else f", {tokens_per_step:.2f} tokens per step"
+    out = [(f"expected: memory {memory_ms:.1f} ms at this point, scaling with bytes, + {other:.2f} ms per step "
+            f"(launches, CUDA graphs{per_step})", curve(other), "dash")]
     eager = first_number(audit.get("cuda_graph") or {}, "eager_tok_s")
     if eager:
-        other_eager = 1e3 / eager - memory_ms
+        other_eager = tokens_per_step * 1e3 / eager - memory_ms
         if other_eager > 0:
             out.append((f"eager: + {other_eager:.2f} ms of launches per step", curve(other_eager), "dot"))
     return out

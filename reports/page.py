@@ -545,12 +545,13 @@ def preflight_section(data: ReportData, figure="") -> str:
                   f"</b> tok/s ({esc(_fixed(figures.get('tok_s_per_stream'), 1))} each)</li>",
                   f"<li>KV cache: <b>{esc(_count(figures.get('kv_tokens')))}</b> tokens, maximum concurrency "
                   f"<b>{esc(_times(figures.get('max_concurrency')))}</b></li>"]
-    columns = [("flag", "text"), ("1 stream", "num"), ("streams", "num"), ("KV tokens", "num"), ("note", "text")]
+    columns = [("flag", "text"), ("1 stream", "num"), ("streams", "num"), ("requests that fit", "num"),
+               ("note", "text")]
 
     def pct(value):
         return ("" if value is None else f"{100 * value:+.0f}%", value if value is not None else 0)
     rows = [[(e.get("given"), e.get("given")), pct((e.get("change") or {}).get("tok_s_one_stream")),
-             pct((e.get("change") or {}).get("tok_s_aggregate")), pct((e.get("change") or {}).get("kv_tokens")),
+             pct((e.get("change") or {}).get("tok_s_aggregate")), pct((e.get("change") or {}).get("max_concurrency")),
              (e.get("note") or e.get("meaning"), e.get("note") or e.get("meaning"))]
             for e in pre.get("effects") or [] if isinstance(e, dict)]
     return ('<section id="preflight"><h2>Preflight of the deployment</h2>'

@@ -134,7 +134,9 @@ class AuditResult:
                 "usable_memory_gb": hw.usable_memory_gb, "compute_capability": hw.compute_capability,
                 "host": hw.host,
             },
-            "scenario": asdict(self.scenario) | {"kv_cache_dtype_resolved": t.kv_dtype},
+            # the acceptance of a scenario without speculation is nobody's figure: null, not the default
+            "scenario": asdict(self.scenario) | {"kv_cache_dtype_resolved": t.kv_dtype} | (
+                {} if self.scenario.speculative_tokens else {"acceptance_rate": None}),
             "weight_bytes": inv.weight_bytes,
             "bytes_per_token": t.bytes_per_token,
             "weight_bytes_per_token": t.weight_bytes_per_token,

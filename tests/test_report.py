@@ -205,3 +205,22 @@ def test_bad_input_is_one_clear_error(next_audit, next_plan, tmp_path):
     (tmp_path / "plain.html").write_text("<html></html>")
     with pytest.raises(RooflineError, match="not a roofline HTML report"):
         add_to_report(tmp_path / "plain.html", plan=next_plan)
+
+
+def test_roofline_curves_pass_through_their_points_under_speculation():
+    """#45.13: the expected and eager curves of the roofline chart go through the expected and eager points of
+    the audit they draw, also where a step emits several tokens (MTP drafts accepted)."""
+    from pathlib import Path
+
+    from inprocess import run
+
+    from reports.charts import _step_curves
+
+    model = str(Path(__file__).resolve().parent / "reference_configs" / "nvidia__Qwen3.6-35B-A3B-NVFP4")
+    for extra in ([], ["--speculative", "2"]):
+        ran = run("audit", model, "--config-only", "--hardware", "gb10", "--json", *extra)
+        assert ran.returncode == 0, ran.err
+        audit = json.loads(ran.out)
+        curves = {name.split(":")[0]: f for name, f, _ in _step_curves(audit, audit["bytes_per_token"])}
+        assert curves["expected"](audit["bytes_per_token"]) == pytest.approx(audit["expected_tok_s"], rel=1e-9)
+        assert curves["eager"](audit["bytes_per_token"]) == pytest.approx(audit["cuda_graph"]["eager_tok_s"], rel=1e-9)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from roofline.audit import AuditResult, run_audit
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
-from roofline.predict.deployment import Deployment, checkpoint_notes, flags, step_config
+from roofline.predict.deployment import Deployment, checkpoint_notes, flags, online_format, step_config
 from roofline.predict.hardware import Hardware
 from roofline.predict.scheduler_config import scheduler_settings
 from roofline.predict.speculation import break_even, vllm_acceptance_rate
@@ -65,7 +65,7 @@ class FlagEffect:
         return {"field": self.field, "given": self.given, "meaning": self.meaning, "without": self.without,
                 "note": self.note,
                 "change": {key: self.change(key, priced) for key in ("tok_s_one_stream", "tok_s_aggregate",
-                                                                     "kv_tokens")}}
+                                                                     "kv_tokens", "max_concurrency")}}
 
 
 @dataclass
@@ -155,15 +155,18 @@ def preflight(inventory: Inventory, deployment: Deployment, hardware: Hardware, 
         if name in ("max_num_seqs",):
             # it sets the concurrency the figures are given at: its effect is the curve itself
             continue
+        meaning = meanings.get(name, "")
+        if name == "quantization" and online_format(deployment, inventory) is None:
+            meaning = "the checkpoint's own quantization method, checked against its config as vLLM checks it"
         without = deployment.without(name)
         try:
             refused = vllm_refusals(without, inventory, hardware)
             if refused:
                 raise RooflineError("; ".join(refused))
             figures = _price(inventory, without, hardware, workload, draft).figures()
-            out.effects.append(FlagEffect(name, given, meanings.get(name, ""), figures))
+            out.effects.append(FlagEffect(name, given, meaning, figures))
         except RooflineError as exc:
-            out.effects.append(FlagEffect(name, given, meanings.get(name, ""), None,
+            out.effects.append(FlagEffect(name, given, meaning, None,
                                           note=f"without it: {exc}"))
     spec = deployment.speculative
     if spec:

@@ -114,5 +114,7 @@ def command(serve_line, recipe_path, overrides, hardware_name, bandwidth, prompt
         echo(render_preflight(payload))
         if html_path:
             echo(f"report: {html_path}")
-    if not answer.starts:
+    if answer.refusals:
         raise RooflineError("vLLM would not start this deployment as written (see above)")
+    if answer.error is not None:  # it starts, but cannot serve what was asked (a request too long, no memory left)
+        raise RooflineError("this deployment cannot serve the workload as asked (see above)")

@@ -1,9 +1,16 @@
 """`roofline preflight` in the terminal, made from its JSON (roofline.preflight/1)."""
 from __future__ import annotations
 
-from roofline.units import human_bytes, milliseconds
+from roofline.units import human_bytes, milliseconds, plural
 
 from .text import terminal_width, text_table, wrapped
+
+
+def _times(change: float | None) -> str:
+    """A change in requests that fit: a factor where it doubles or more, else a percentage."""
+    if change is not None and change >= 1.0:
+        return f"x{1 + change:.1f}"
+    return _percent(change)
 
 
 def _percent(change: float | None) -> str:
@@ -38,8 +45,8 @@ def render_preflight(payload: dict) -> str:
     audit, cap, figures = payload["audit"], payload["capacity"], payload["figures"]
     one, many, work = payload["one_stream"], payload["at_max_num_seqs"], payload["workload"]
     kv = cap["kv_cache"]
-    many_label = f"{many['concurrency']} streams" + ("" if many["concurrency"] == payload["scheduler"]["max_num_seqs"]
-                                                     else " (all fit)")
+    many_label = plural(many["concurrency"], "stream") + ("" if many["concurrency"] == payload["scheduler"]["max_num_seqs"]
+                                                          else " (all fit)")
     terms = cap["memory_terms"]
     weights = terms["weights"]["bytes"]
     per_gpu = " per GPU" if (deployment["tp"] * deployment["pp"] * deployment["dp"]) > 1 else ""
@@ -84,8 +91,10 @@ def render_preflight(payload: dict) -> str:
         for effect in payload["effects"]:
             change = effect["change"]
             rows.append([effect["given"], _percent(change["tok_s_one_stream"]),
-                         _percent(change["tok_s_aggregate"]), _percent(change["kv_tokens"]),
+                         _percent(change["tok_s_aggregate"]), _times(change["max_concurrency"]),
                          effect["note"] or effect["meaning"]])
-        header = ["flag", "1 stream", f"{many['concurrency']} streams", "KV tokens", ""]
+        # the requests of --max-model-len that fit (vLLM's "maximum concurrency"): what a user sizes by; KV tokens
+        # alone read as a loss where a shorter --max-model-len lets many more requests in
+        header = ["flag", "1 stream", plural(many["concurrency"], "stream"), "requests that fit", ""]
         lines += ["  " + line for line in text_table([header] + rows, right={1, 2, 3})]
     return "\n".join(lines)
