@@ -237,7 +237,7 @@ def test_doctor_and_validate_judge_a_measurement_alike():
             assert any(c.id == "engine_gap" for c in diagnosis.causes) == (checked.verdict in ("below_expected",
                                                                                                "far_below"))
             seen.add(checked.verdict)
-    assert seen == {"above_ceiling", "near_expected", "below_expected", "far_below"}
+    assert seen == {"above_ceiling", "above_expected", "near_expected", "below_expected", "far_below"}
 
 
 def test_the_graph_fix_says_what_turned_graphs_off():

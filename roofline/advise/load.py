@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
+from roofline.predict.bands import spread
 from roofline.predict.deployment import Deployment, step_config
 from roofline.predict.first_token import FirstToken, first_token
 from roofline.predict.hardware import Hardware
@@ -181,7 +182,7 @@ def highest_rate(server: Server, workload: Workload, targets: Targets, band: flo
     wants = " and ".join(x for x in (
         f"TTFT p90 <= {targets.ttft_p90_s * 1e3:,.0f} ms" if targets.ttft_p90_s is not None else "",
         f">= {targets.min_tok_s:g} tok/s per request (p90)" if targets.min_tok_s is not None else "") if x)
-    span = f" (between {low:.2f} and {high:.2f} within the step model's ±{100 * band:.0f}%)" \
+    span = f" (between {low:.2f} and {high:.2f} within the step model's {spread(band)})" \
         if rate is not None and low is not None and high is not None else ""
     if rate is None:
         sentence = (f"no rate keeps {wants}: even a trickle of requests misses them ("

@@ -125,7 +125,7 @@ def validate(audit: dict, measured_tok_s: float) -> Validation:
     verdict = judged.id
     if verdict == "above_ceiling":
         suspects = suspects_above(audit)
-    elif verdict == "near_expected":
+    elif verdict in ("near_expected", "above_expected"):
         suspects = []
     else:
         suspects = suspects_below(audit, measured, ceiling)

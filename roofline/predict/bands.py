@@ -49,8 +49,21 @@ class Band:
     def class_error(self) -> float:
         return self.error - sum(by for _, by in self.widened)
 
+    @property
+    def says_nothing(self) -> bool:
+        """A band past ±50% is no figure a user can act on: said in words, not as a number (#43)."""
+        return self.error > WORDS_ABOVE
+
+    def short(self) -> str:
+        return spread(self.error)
+
     def text(self) -> str:
         where = self.validated_on.upper() if self.exact else f"nearest: {self.validated_on.upper()}"
+        if self.says_nothing:
+            why = ", ".join(why for why, _ in self.widened) or "its class's own spread"
+            return (f"{UNKNOWN_WITHIN_2X}: run `roofline calibrate --engine vllm` on this machine (the {self.family} "
+                    f"{self.mode} class measured on {self.validated_on.upper()}, widened for {why}; "
+                    f"{self.reference})" + (f"; {self.note}" if self.note else ""))
         streams = f", {self.streams} stream{'s' if self.streams != '1' else ''}" if self.streams else ""
         text = (f"±{100 * self.error:.0f}% ({where}, vLLM {self.vllm_version}, {self.mode}{streams}, {self.points} "
                 f"{self.family} points in {', '.join(self.formats)}")
@@ -66,10 +79,13 @@ class Band:
                 "exact": self.exact, "points": self.points, "vllm_version": self.vllm_version, "basis": self.basis,
                 "formats": list(self.formats), "streams": self.streams, "class_error": self.class_error,
                 "widened": [{"why": why, "by": by} for why, by in self.widened],
-                "reference": self.reference, "note": self.note, "text": self.text()}
+                "reference": self.reference, "note": self.note, "says_nothing": self.says_nothing,
+                "text": self.text()}
 
 
 NO_VALIDATION = "no validation for this class"
+WORDS_ABOVE = 0.5  # a band wider than this is said in words
+UNKNOWN_WITHIN_2X = "unknown within 2x"
 
 
 def _streams_cover(entry: dict, batch: int) -> bool:
@@ -151,13 +167,19 @@ def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str
                 chosen.get("streams", ""), tuple(widened))
 
 
+def spread(error: float) -> str:
+    """A fractional error as users read it: "±7%", or in words past ±50%."""
+    return UNKNOWN_WITHIN_2X if error > WORDS_ABOVE else f"±{100 * error:.0f}%"
+
+
 def band_text(band: Band | None) -> str:
     return band.text() if band else NO_VALIDATION
 
 
 def band_short(band: Band | None) -> str:
-    """"±7%" beside a figure; nothing where no class was validated (the validated line says so)."""
-    return f"±{100 * band.error:.0f}%" if band else ""
+    """"±7%" beside a figure ("unknown within 2x" past ±50%); nothing where no class was validated (the validated
+    line says so)."""
+    return band.short() if band else ""
 
 
 def band_json(band: Band | None) -> dict:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from roofline.data import load_table
 
-VERDICTS = ("above_ceiling", "near_expected", "below_expected", "far_below")
+VERDICTS = ("above_ceiling", "above_expected", "near_expected", "below_expected", "far_below")
 
 
 def _table() -> dict:
@@ -19,7 +19,7 @@ def _table() -> dict:
 class Verdict:
     id: str  # one of VERDICTS
     text: str
-    near_within: float  # the share below expected still "near expected" (the class's band)
+    near_within: float  # the share either side of expected still "near expected" (the class's band)
 
     @property
     def engine_gap(self) -> bool:
@@ -36,6 +36,8 @@ def verdict_of(measured: float, ceiling: float, expected: float, band_error: flo
         key = "above_ceiling"
     elif measured < expected * table["far_below"]:
         key = "far_below"  # whatever the band: a band wider than this (an eager class off its host) judges nothing
+    elif measured > expected * (1 + near):
+        key = "above_expected"  # the band holds on both sides: faster than it allows is the model's error too
     elif measured >= expected * (1 - near):
         key = "near_expected"
     else:

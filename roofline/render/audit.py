@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from roofline.audit import AuditResult
 from roofline.model.formats import format_label
-from roofline.predict.bands import band_short, band_text
+from roofline.predict.bands import band_short, band_text, spread
 from roofline.predict.speculation import vllm_acceptance_rate
 from roofline.units import human_bytes, milliseconds
 
@@ -71,7 +71,7 @@ def render_audit(result: AuditResult, max_rows: int = 25) -> str:
         steps = len(ft.steps_s)
         lines.append(f"  first token          {ft.seconds * 1e3:,.1f} ms for a {ft.prompt:,}-token prompt alone"
                      f" ({steps} prompt step{'s' if steps > 1 else ''} of up to {ft.chunk_tokens:,} tokens"
-                     f" + the host's {ft.overhead_s * 1e3:.1f} ms; prompt rates ±{100 * ft.rates['band']:.0f}%,"
+                     f" + the host's {ft.overhead_s * 1e3:.1f} ms; prompt rates {spread(ft.rates['band'])},"
                      f" {ft.rates['kind']})")
     cg = result.cuda_graph
     if cg is not None:

@@ -51,7 +51,8 @@ def render_preflight(payload: dict) -> str:
     weights = terms["weights"]["bytes"]
     per_gpu = " per GPU" if (deployment["tp"] * deployment["pp"] * deployment["dp"]) > 1 else ""
     band = audit["expected_band"]
-    band_text = f" ±{100 * band['error']:.0f}%" if band.get("error") is not None else ""
+    band_text = "" if band.get("error") is None else " unknown within 2x" if band.get("says_nothing") else \
+        f" ±{100 * band['error']:.0f}%"
     lines += [
         "",
         f"  weights{per_gpu:<9}    {human_bytes(weights)}  ({audit['quantization']['method']}"
