@@ -29,10 +29,11 @@ def cli(env, *args, timeout=900):
 def calibrated(tmp_path_factory):
     directory = tmp_path_factory.mktemp("engine")
     env = dict(os.environ, ROOFLINE_HARDWARE_FILE=str(directory / "hardware.toml"))
-    # two vLLM engines (graphs, eager) of the 0.6B shape: ~10 min on a 2-core host whose CPU lacks AVX-512
-    # (vLLM-CPU falls back to torch's GEMMs there)
+    # two vLLM engines (batch 1 and 4) of the 0.6B shape; prompts of 32 tokens, not the default 256: each
+    # timed run prefills its batch again, and on a 2-core host whose CPU lacks AVX-512 (vLLM-CPU falls back to
+    # torch's GEMMs there) 256-token prompts made this ~10 minutes of prefill the fit does not use
     done = cli(env, "calibrate", "--engine", "vllm", "--device", "cpu", "--size-mb", "64", "--repetitions", "3",
-               "--save", "cpu-vllm", "--json", timeout=1700)
+               "--context", "32", "--save", "cpu-vllm", "--json", timeout=1700)
     if done.returncode == 1 and "fit refused, nothing saved" in done.stderr:
         # a machine busy with other work can time steps no coefficient reconciles (issue #36): the pipeline
         # then ends in one line and writes nothing, which is what is checked here; the entry's tests need a fit
@@ -94,7 +95,7 @@ def test_every_command_prices_with_the_entry(calibrated):
     """audit with --hardware KEY prices the calibrated shape at the step vLLM measured (batch 1, the
     entry's efficiency and measured bandwidth), and says where its efficiency comes from."""
     env, payload, _ = calibrated
-    done = cli(env, "audit", str(QWEN3_06B), "--hardware", "cpu-vllm", "--context", "256", "--json")
+    done = cli(env, "audit", str(QWEN3_06B), "--hardware", "cpu-vllm", "--context", "32", "--json")  # the runs' prompts
     assert done.returncode == 0, done.stderr
     audit = json.loads(done.stdout)
     batch_1 = next(r for r in payload["engine"]["runs"] if r["batch"] == 1)

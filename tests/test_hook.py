@@ -525,8 +525,10 @@ def _free_port() -> int:
 
 def _stop_group(proc: subprocess.Popen) -> None:
     # the whole session (flock, API server, engine core, worker), not just its leader: a
-    # straggler would keep the vLLM lock that flock handed down to it
-    stop_process_group(proc, term_wait=60, kill_wait=30)
+    # straggler would keep the vLLM lock that flock handed down to it. The server is stopped mid
+    # start-up (the capture completes at load_model): its engine processes end at once, but the API
+    # server waits on them until killed, so SIGKILL follows after a few seconds, not a minute
+    stop_process_group(proc, term_wait=8, kill_wait=30)
 
 
 def test_vllm_serve_tied_lm_head_counted_once(hook_checkpoints, tmp_path):

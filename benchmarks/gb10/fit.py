@@ -369,7 +369,7 @@ def run_fit(path: Path = RESULTS) -> dict:
                   "context": r.context, "concurrency": r.concurrency, "measured_tok_s": r.tok_s,
                   "predicted_tok_s": r.tok_s * (1 + r.predictions["in_sample"]),
                   "in_sample": r.predictions["in_sample"], "left_out": r.predictions.get("left_out"),
-                  "source": r.source} for r in runs],
+                  "class": "|".join(class_of(r)), "source": r.source} for r in runs],
         "in_sample": summary([r.predictions["in_sample"] for r in runs if r.graphs and not r.seed]),
         "left_out": summary([r.predictions["left_out"] for r in runs
                              if r.graphs and not r.seed and "left_out" in r.predictions]),

@@ -1,9 +1,10 @@
 """How far a predicted tok/s is to be trusted: the error band of the nearest validated class
 (roofline/data/validation.toml, generated with docs/VALIDATION.md from the real-vLLM measurements by
 benchmarks/gpu_vllm/validation.py). A class is a GPU, a graph mode and a model family (on GB10 also the
-weight format and one stream or several); the band is the mean |error| of the step model on that class
-with each model left out of the fit in turn (out of sample), or in sample where no other model of the
-class was measured, as the table says.
+weight format and one stream or several); the band is the error that covers 90% of the step model's errors
+on that class's points with each model (and, on the H200, each model family) left out of the fit in turn and on
+held-out cases -- a class with fewer than 5 such points takes the quantile of its pooled class, never less than
+its own worst point -- or in sample where no point was left out, as the table says.
 
 Off the validated GPUs the band is the nearest class's widened: on another GPU by the transfer error
 (validation.toml [transfer]: the error on GB10's runs of the coefficients fitted on the H200, what a GPU
