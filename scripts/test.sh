@@ -3,4 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
-exec .venv/bin/python -m pytest "$@"
+# two workers (ROOFLINE_TEST_WORKERS): the 2-core CI machine runs the pure-Python tests beside the vLLM ones,
+# which take a lock so that one engine starts at a time; a whole file goes to one worker (--dist loadfile) so
+# that its module-scoped engines and fixtures start once
+exec .venv/bin/python -m pytest -n "${ROOFLINE_TEST_WORKERS:-2}" --dist loadfile "$@"
