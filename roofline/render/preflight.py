@@ -34,6 +34,9 @@ def render_preflight(payload: dict) -> str:
         lines += wrapped("priced with: " + "  ".join(flags), width, "", "  ")
     if deployment["not_modelled"]:
         lines += wrapped("not modelled (read, not priced): " + ", ".join(deployment["not_modelled"]), width, "", "  ")
+    if deployment.get("ignored"):  # every flag is accounted for: these move nothing the step prices
+        lines += wrapped("read, moving nothing priced (server, API, parsers, credentials): "
+                         + ", ".join(dict.fromkeys(deployment["ignored"])), width, "", "  ")
     for note in deployment.get("notes") or []:
         lines += wrapped(f"note: {note}", width, "", "  ")
     for reason in payload["refusals"]:
