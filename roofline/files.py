@@ -231,3 +231,22 @@ def _check_finite(value, where: str) -> None:
     elif isinstance(value, (list, tuple)):
         for item in value:
             _check_finite(item, where)
+
+
+def read_yaml(path: str, what: str, limit: int, kind: str):
+    """A user's YAML file (a recipe, a compose file): a regular file of at most `limit` bytes, loaded safely (no
+    tags, no code) and depth-checked; anything else is one line naming the `kind` expected."""
+    import yaml
+
+    from roofline.untrusted import printable
+
+    raw = read_regular(path, what, limit)
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except RecursionError:
+        raise RooflineError(f"{path}: nested too deep, not a {kind}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise RooflineError(f"{path}: not a YAML {kind} ({printable(str(exc).splitlines()[0], 200)})") from None
+    if too_deep(data):
+        raise RooflineError(f"{path}: nested too deep, not a {kind}")
+    return data

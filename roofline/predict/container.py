@@ -176,18 +176,10 @@ def _compose_line(args: list[str]) -> Container:
 
 
 def read_compose(path: str) -> dict:
-    import yaml
+    from roofline.files import read_yaml
 
-    from roofline.files import too_deep
-
-    raw = read_regular(path, f"compose file {path}", MAX_ENV_FILE_BYTES)
-    try:
-        data = yaml.safe_load(raw.decode("utf-8"))
-    except RecursionError:
-        raise RooflineError(f"{path}: nested too deep, not a compose file") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise RooflineError(f"{path}: not a YAML compose file ({printable(str(exc).splitlines()[0], 200)})") from None
-    if too_deep(data) or not isinstance(data, dict) or not isinstance(data.get("services"), dict):
+    data = read_yaml(path, f"compose file {path}", MAX_ENV_FILE_BYTES, "compose file")
+    if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         raise RooflineError(f"{path}: a compose file has a `services` mapping")
     return data
 

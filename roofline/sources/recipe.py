@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from roofline.errors import RooflineError
-from roofline.files import read_regular, too_deep
+from roofline.files import read_yaml
 from roofline.schema import checked
 from roofline.untrusted import printable, redact_command, redact_env
 
@@ -102,17 +102,7 @@ def read_recipe(path: str, overrides: dict[str, str] | None = None, extra_args: 
     read: the Spark community's (a `command` template), vLLM's own recipes (a `model` mapping, variants
     and features: sources/vllm_recipe.py, for the profile of `hardware`) and a compose file (`services`:
     the service that runs vLLM, read as `docker compose up` runs it)."""
-    import yaml
-
-    raw = read_regular(path, f"--recipe {path}", MAX_RECIPE_BYTES)
-    try:
-        data = yaml.safe_load(raw.decode("utf-8"))
-    except RecursionError:
-        raise RooflineError(f"{path}: nested too deep, not a recipe") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise RooflineError(f"{path}: not a YAML recipe ({printable(str(exc).splitlines()[0], 200)})") from None
-    if too_deep(data):
-        raise RooflineError(f"{path}: nested too deep, not a recipe")
+    data = read_yaml(path, f"--recipe {path}", MAX_RECIPE_BYTES, "recipe")
     if not isinstance(data, dict):
         raise RooflineError(f"{path}: a recipe is a YAML mapping with a `command` (eugr/spark-vllm-docker recipes/), "
                             "vLLM's recipe format (a `model` mapping) or a compose file (`services`)")
