@@ -415,3 +415,21 @@ def test_a_band_past_half_is_said_in_words():
     assert out["expected_band"]["error"] > 0.5 and out["expected_band"]["says_nothing"]
     graphs = json.loads(run("audit", HYBRID_NVFP4, "--config-only", "--hardware", "gb10", "--json").out)
     assert graphs["expected_band"]["error"] < 0.5 and not graphs["expected_band"]["says_nothing"]
+
+
+def test_a_band_widens_for_what_no_validated_model_had():
+    """#43: a checkpoint with a format, attention layout or mixer no validated model of its class had gets its
+    class's band widened by the measured novelty error (validation.toml [novelty]), and the band names what."""
+    import tomllib
+
+    from inprocess import run
+
+    novelty = tomllib.loads((ROOT / "roofline" / "data" / "validation.toml").read_text())["novelty"]["error"]
+    ref = ROOT / "tests" / "reference_configs"
+    gpt_oss = json.loads(run("audit", ref / "openai__gpt-oss-20b", "--config-only", "--hardware", "h200",
+                             "--json").out)["expected_band"]
+    assert gpt_oss["error"] == pytest.approx(gpt_oss["class_error"] + novelty)
+    assert "mxfp4 weights" in gpt_oss["text"] and "sliding" in gpt_oss["text"]
+    dense = json.loads(run("audit", ref / "Qwen__Qwen3-8B", "--config-only", "--hardware", "h200",
+                           "--json").out)["expected_band"]
+    assert dense["widened"] == [] and dense["error"] == dense["class_error"]

@@ -30,6 +30,14 @@ def model_family(inventory: Inventory) -> str:
     return "dense"
 
 
+def layouts(inventory: Inventory) -> set[str]:
+    """What a model's layers are made of, beyond its family, that moves the step model's error: an MLA latent KV
+    cache, sliding-window attention, a GDN or Mamba mixer."""
+    shape = inventory.shape
+    out = {"mla" for a in shape.attention if a.value_dim == 0} | {"sliding" for a in shape.attention if a.window}
+    return out | {r.kind for r in shape.recurrent}
+
+
 @dataclass(frozen=True)
 class Band:
     error: float  # e.g. 0.08 for +-8%
@@ -100,8 +108,11 @@ def _streams_cover(entry: dict, batch: int) -> bool:
 def _best(entries: list[dict], fmt: str, batch: int) -> dict | None:
     """The entry of the format and concurrency asked, else of the concurrency, else of the format, else the
     widest band of the rest (a class that does not match is not the place to be optimistic)."""
-    for keep in (lambda e: fmt in e["formats"] and _streams_cover(e, batch), lambda e: _streams_cover(e, batch),
-                 lambda e: fmt in e["formats"]):
+    family = fmt.split("-w")[0]  # NVFP4 W4A4 and W4A16 store the same weights
+
+    def has(e: dict) -> bool:
+        return family in {f.split("-w")[0] for f in e["formats"]}
+    for keep in (lambda e: has(e) and _streams_cover(e, batch), lambda e: _streams_cover(e, batch), has):
         found = [e for e in entries if keep(e)]
         if found:
             return max(found, key=lambda e: e["error"])
@@ -159,6 +170,13 @@ def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str
     if not exact:
         transfer = table["transfer"]
         widened.append((f"another GPU ({transfer['what']})", transfer["error"]))
+    # the weights' format, by family (NVFP4 W4A4 and W4A16 store the same weights; the class's backend is named)
+    seen_formats = {f.split("-w")[0] for f in chosen["formats"]}
+    unseen = ([f"{fmt} weights"] if fmt.split("-w")[0] not in seen_formats and fmt not in ("bf16", "fp16", "fp32")
+              else []) \
+        + sorted(layouts(inventory) - set(chosen.get("layouts", layouts(inventory))))
+    if unseen and "novelty" in table:
+        widened.append((f"what no validated model of the class had: {', '.join(unseen)}", table["novelty"]["error"]))
     if not graphs and not (exact and chosen.get("host_measured", False)):
         spread = table["host_spread"]
         widened.append((f"another host ({spread['what']}; `roofline calibrate --engine vllm` narrows it)",
