@@ -90,6 +90,12 @@ def _checked(name: str | None, where: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=1)
+def weight_family(fmt: str) -> str:
+    """The stored weights of a format: NVFP4 W4A4 and W4A16 are one family (the same tensors; the backend decides
+    the activations), so a backend of either may be asked of a checkpoint and a band of either covers both."""
+    return fmt.split("-w")[0]
+
+
 def backends() -> tuple[Backend, ...]:
     out = []
     for entry in load_table("rules").get("backend", []):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from roofline.data import load_table
 from roofline.model.inventory import Inventory
 
+from .backends import weight_family
 from .hardware import Hardware
 from .launch import graphs_apply
 
@@ -108,10 +109,10 @@ def _streams_cover(entry: dict, batch: int) -> bool:
 def _best(entries: list[dict], fmt: str, batch: int) -> dict | None:
     """The entry of the format and concurrency asked, else of the concurrency, else of the format, else the
     widest band of the rest (a class that does not match is not the place to be optimistic)."""
-    family = fmt.split("-w")[0]  # NVFP4 W4A4 and W4A16 store the same weights
+    family = weight_family(fmt)
 
     def has(e: dict) -> bool:
-        return family in {f.split("-w")[0] for f in e["formats"]}
+        return family in {weight_family(f) for f in e["formats"]}
     for keep in (lambda e: has(e) and _streams_cover(e, batch), lambda e: _streams_cover(e, batch), has):
         found = [e for e in entries if keep(e)]
         if found:
@@ -170,9 +171,9 @@ def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str
     if not exact:
         transfer = table["transfer"]
         widened.append((f"another GPU ({transfer['what']})", transfer["error"]))
-    # the weights' format, by family (NVFP4 W4A4 and W4A16 store the same weights; the class's backend is named)
-    seen_formats = {f.split("-w")[0] for f in chosen["formats"]}
-    unseen = ([f"{fmt} weights"] if fmt.split("-w")[0] not in seen_formats and fmt not in ("bf16", "fp16", "fp32")
+    # the weights' format, by family (the class's backend is named beside it)
+    seen_formats = {weight_family(f) for f in chosen["formats"]}
+    unseen = ([f"{fmt} weights"] if weight_family(fmt) not in seen_formats and fmt not in ("bf16", "fp16", "fp32")
               else []) \
         + sorted(layouts(inventory) - set(chosen.get("layouts", layouts(inventory))))
     if unseen and "novelty" in table:

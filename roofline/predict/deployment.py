@@ -22,7 +22,7 @@ from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
 from roofline.untrusted import printable, redact_args, secret_flags
 
-from .backends import Backend, backends, backends_for, backend_named, default_backend
+from .backends import Backend, backend_named, backends, backends_for, default_backend, weight_family
 from .hardware import Hardware
 from .topology import Topology, refusal
 from .traffic import KV_SPELLINGS
@@ -803,18 +803,14 @@ def _scheme_refusal(inventory: Inventory, name: str, kind: str) -> str | None:
     return None
 
 
-def _family(fmt: str) -> str:
-    """NVFP4 W4A4 and W4A16 are one family of weights: a backend of either may be asked of a checkpoint."""
-    return fmt.split("-w")[0]
-
-
 def _backend_refusal(fmt: str, name: str, kind: str, hardware: Hardware) -> str | None:
     """vLLM's refusal of --linear-backend / --moe-backend NAME for `fmt` here: a kernel that needs a
     newer (or older) GPU, or any kernel on vLLM-CPU. A backend no table rates for the format is not
     refused (vLLM has more than the tool rates): the step prices it as the default and says so."""
     if hardware.host == "cpu":
         return f"--{kind}-backend {name}: vLLM-CPU has no {name} kernels"
-    family = [b for b in backends() if _family(b.format) == _family(fmt) and name in (b.linear_backend, b.moe_backend)]
+    family = [b for b in backends()
+              if weight_family(b.format) == weight_family(fmt) and name in (b.linear_backend, b.moe_backend)]
     if not family or any(b in backends_for(b.format, hardware) for b in family):
         return None
     need = family[0]
@@ -853,7 +849,8 @@ def backend(deployment: Deployment, inventory: Inventory, hardware: Hardware) ->
         return None
     # a backend that rates this format (or its family: NVFP4 W4A4 and W4A16 are the same weights) here
     # wins; else the first named, priced as the default (the step says it is unrated)
-    siblings = sorted({b.format for b in backends() if _family(b.format) == _family(fmt)}, key=lambda f: f != fmt)
+    siblings = sorted({b.format for b in backends() if weight_family(b.format) == weight_family(fmt)},
+                      key=lambda f: f != fmt)
     for name in names:
         for entry in (e for sibling in siblings for e in backends_for(sibling, hardware)):
             if name in (entry.linear_backend, entry.moe_backend):
