@@ -132,11 +132,13 @@ def _checked(kind: type, function: str, values: dict) -> None:
 
 def _deployment(model: str | None, vllm_args: dict, env: Mapping[str, str] | None, speculative_tokens: int,
                 acceptance_rate: float | None, mean_acceptance_length: float | None):
+    from roofline.audit import attach_draft
     from roofline.predict.deployment import python_values, with_acceptance
 
-    return with_acceptance(python_values(vllm_args), {**os.environ, **(env or {})}, model=model,
-                           speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
-                           mean_acceptance_length=mean_acceptance_length)
+    deployment, acceptance = with_acceptance(
+        python_values(vllm_args), {**os.environ, **(env or {})}, model=model, speculative_tokens=speculative_tokens,
+        acceptance_rate=acceptance_rate, mean_acceptance_length=mean_acceptance_length)
+    return attach_draft(deployment), acceptance
 
 
 def _inventory(model: str, revision: str | None, config_only: bool, use_cache: bool):
@@ -177,7 +179,8 @@ def audit(model: str, *, hardware: str = "gb10", bandwidth: float | None = None,
     if deployment.max_model_len is not None and context > deployment.max_model_len:
         raise RooflineError(f"context {context} is more than max_model_len {deployment.max_model_len}")
     scenario = Scenario(batch=batch, context=context, kv_cache_dtype=deployment.kv_cache_dtype,
-                        speculative_tokens=deployment.speculative_tokens, acceptance_rate=per_token,
+                        speculative_tokens=deployment.speculative_tokens, draft_method=deployment.draft_method,
+                        acceptance_rate=per_token,
                         routing=routing).validate()
     target = get_hardware(hardware, bandwidth)
     inventory = _inventory(model, revision, config_only, use_cache)

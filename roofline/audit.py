@@ -173,6 +173,19 @@ class AuditResult:
         return out
 
 
+def attach_draft(deployment):
+    """The deployment with its draft checkpoint read (--speculative-config's `model` for EAGLE heads and draft
+    models: a local folder or a hub id, audited like any checkpoint), so that its forwards are priced."""
+    spec = deployment.speculative if deployment is not None else None
+    if spec is None or not spec.reads_draft_checkpoint or not spec.model:
+        return deployment
+    try:
+        draft = load_inventory(spec.model, revision=dict(spec.fields).get("revision"))
+    except RooflineError as err:
+        raise RooflineError(f"--speculative-config model: {err}") from None
+    return replace(deployment, draft_inventory=draft)
+
+
 def is_quantized(inventory: Inventory) -> bool:
     """Any weight stored below 16 bits: only then does an unquantized linear count as a residual."""
     return any(m.format not in PLAIN_FORMATS.values() and m.params for m in inventory.modules)

@@ -131,7 +131,8 @@ def _price(inventory: Inventory, deployment: Deployment, hardware: Hardware, wor
     config = step_config(deployment, deployed, hardware, batch=1, context=result.context,
                          acceptance_rate=workload.acceptance_rate, routing=workload.routing)
     scenario = Scenario(batch=1, context=result.context, kv_cache_dtype=deployment.kv_cache_dtype,
-                        speculative_tokens=deployment.speculative_tokens, acceptance_rate=config.acceptance_rate,
+                        speculative_tokens=deployment.speculative_tokens, draft_method=deployment.draft_method,
+                        acceptance_rate=config.acceptance_rate,
                         routing=workload.routing)
     audit = run_audit(deployed, scenario, hardware, step_config=config, deployment=deployment)
     return Priced(audit, result, one, many)

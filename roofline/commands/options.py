@@ -89,9 +89,13 @@ def deployment_from(kwargs: dict, model: str | None = None):
 
     values = {f.field: kwargs.pop(f.field) for f in flags() if f.field in kwargs}
     env = {**os.environ, **parse_env_assignments(kwargs.pop("env_assignments", ()) or ())}
-    return with_acceptance(values, env, model=model, speculative_tokens=kwargs.pop("speculative_tokens", 0),
-                           acceptance_rate=kwargs.pop("acceptance_rate", None),
-                           mean_acceptance_length=kwargs.pop("mean_acceptance_length", None))
+    from roofline.audit import attach_draft
+
+    deployment, acceptance = with_acceptance(
+        values, env, model=model, speculative_tokens=kwargs.pop("speculative_tokens", 0),
+        acceptance_rate=kwargs.pop("acceptance_rate", None),
+        mean_acceptance_length=kwargs.pop("mean_acceptance_length", None))
+    return attach_draft(deployment), acceptance
 
 
 def scenario_options(func):
@@ -125,7 +129,8 @@ def scenario_from(kwargs: dict, model: str | None = None):
         raise RooflineError(f"--batch {batch} is more than --max-num-seqs {deployment.max_num_seqs}: vLLM decodes at "
                             f"most {deployment.max_num_seqs} sequences together")
     scenario = Scenario(batch=batch, context=context, kv_cache_dtype=deployment.kv_cache_dtype,
-                        speculative_tokens=deployment.speculative_tokens, acceptance_rate=per_token,
+                        speculative_tokens=deployment.speculative_tokens, draft_method=deployment.draft_method,
+                        acceptance_rate=per_token,
                         routing=kwargs.pop("routing")).validate()
     hardware = get_hardware(kwargs.pop("hardware_name"), kwargs.pop("bandwidth"))
     return scenario, hardware, deployment

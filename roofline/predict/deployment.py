@@ -98,6 +98,9 @@ class Deployment:
     not_modelled: tuple[str, ...] = ()  # flags read that the tool does not price (with their values)
     ignored: tuple[str, ...] = ()  # flags that move nothing priced (--port, --host, ...)
     notes: tuple[str, ...] = ()  # what the reading assumed (a switch vLLM 0.32 no longer reads)
+    # the draft checkpoint of --speculative-config's `model` (EAGLE heads, draft models), read at the edge
+    # (audit.attach_draft); not a flag, not compared
+    draft_inventory: Inventory | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def topology(self) -> Topology:
@@ -112,6 +115,10 @@ class Deployment:
     def speculative_tokens(self) -> int:
         return self.speculative.tokens if self.speculative else 0
 
+    @property
+    def draft_method(self) -> str:
+        return self.speculative.method if self.speculative else "mtp"
+
     def without(self, name: str) -> "Deployment":
         """This deployment with field `name` back at vLLM's default (what a flag costs or buys)."""
         default = Deployment()
@@ -124,7 +131,8 @@ class Deployment:
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name not in ("spelled", "env", "not_modelled", "ignored", "speculative", "notes")}
+               if f.name not in ("spelled", "env", "not_modelled", "ignored", "speculative", "notes",
+                                 "draft_inventory")}
         out["speculative_config"] = self.speculative.to_json() if self.speculative else None
         out["flags"] = [{"field": k, "given": v} for k, v in self.spelled]
         out["env"] = dict(self.env)
@@ -871,8 +879,21 @@ def step_config(deployment: Deployment, inventory: Inventory, hardware: Hardware
                       graphs=not deployment.eager, backend=backend(deployment, inventory, hardware),
                       topology=deployment.topology, speculative_tokens=spec.tokens if spec else 0,
                       acceptance_rate=acceptance_rate if spec else 0.7, routing=routing,
+                      draft_method=spec.method if spec else "mtp", drafter=drafter_of(deployment, inventory),
                       capture_tokens=capture_tokens(deployment, hardware),
                       cudagraph_mode=deployment.cudagraph_mode or "full_and_piecewise")
+
+
+def drafter_of(deployment: Deployment, inventory: Inventory):
+    """What this deployment's draft checkpoint reads a forward (None: no draft checkpoint given or read; an
+    MTP head is read from the target itself by the step model)."""
+    from .drafting import checkpoint_reads
+
+    spec = deployment.speculative
+    if spec is None or deployment.draft_inventory is None or not spec.reads_draft_checkpoint:
+        return None
+    ranks = dict(spec.fields).get("draft_tensor_parallel_size") or deployment.tp
+    return checkpoint_reads(deployment.draft_inventory, spec.method, inventory, ranks)
 
 
 def capture_tokens(deployment: Deployment, hardware: Hardware) -> int:

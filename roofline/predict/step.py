@@ -56,6 +56,7 @@ from .topology import (
     sharing_ranks,
     stage_layers,
 )
+from .drafting import DraftReads, launches as draft_launches, pass_tokens, routed_reads
 from .prefill import PrefillRates
 from .traffic import (
     Scenario,
@@ -92,6 +93,10 @@ class StepConfig:
     placement: Placement | None = None  # which link each group crosses; None: one box of topology.devices
     speculative_tokens: int = 0
     acceptance_rate: float = 0.7
+    # vLLM's speculative method (mtp: the checkpoint's MTP layers) and, for a draft of its own (EAGLE heads, draft
+    # models), what its forwards read (predict/drafting.py: audit.attach_drafter reads the draft's checkpoint)
+    draft_method: str = "mtp"
+    drafter: DraftReads | None = None
     routing: str = "uniform"  # MoE: uniform | shared (traffic.Scenario)
     kernels: KernelProfile | None = None  # a measured profile replaces the kernel table
     host_us_per_kernel: float | None = None  # --launch-us
@@ -110,6 +115,7 @@ class StepConfig:
     def scenario(self, batch: int) -> Scenario:
         return Scenario(batch=batch, context=self.context, kv_cache_dtype=self.kv_cache_dtype,
                         speculative_tokens=self.speculative_tokens, acceptance_rate=self.acceptance_rate,
+                        draft_method=self.draft_method,
                         routing=self.routing).validate()
 
 
@@ -655,7 +661,8 @@ class _SegmentTerms:
     full: _ModuleRead = field(default_factory=lambda: _ModuleRead(0.0, 0.0, 0.0))
     routed: list = field(default_factory=list)  # [_ModuleRead]
     rows: list = field(default_factory=list)
-    per_draft: _ModuleRead = field(default_factory=lambda: _ModuleRead(0.0, 0.0, 0.0))
+    draft: DraftReads | None = None  # the tail: one drafter forward's reads (predict/drafting.py)
+    draft_backend_share: float = 0.0  # of the drafter's whole-read bytes, the share in the backend's format
     resident: float = 0.0
     flops: _Flops = field(default_factory=_Flops)
     kv_per_token: float = 0.0  # KV bytes per token of context of one sequence (per rank)
@@ -732,6 +739,9 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
         inside = module.layer if props.read != "none" and module.role != "mtp" else None
         target = segment(inside, props.stage == "first")
         ranks = sharing_ranks(module, topology, kv_ranks)
+        if props.read == "per_draft":  # read by the drafter's forwards (predict/drafting.py), held all the same
+            target.resident += module.nbytes / ranks
+            continue
         source = by_name[module.tied_to].nbytes if module.tied_to and module.tied_to in by_name else module.nbytes
         in_backend = module.format == backend.format
         read = _ModuleRead(source / ranks, source / ranks if in_backend else 0.0,
@@ -743,8 +753,6 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
         elif props.read == "row":
             read.rows = _rows(module)
             target.rows.append(read)
-        elif props.read == "per_draft":
-            target.per_draft = _add(target.per_draft, read)
         elif props.read != "none":
             target.full = _add(target.full, read)
         if props.flops and module.params:
@@ -788,11 +796,15 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
         target.kernels += count.kernels
         target.eager_kernels += count.eager
         target.host_equiv += _host_equiv(hardware, count)
-    if config.speculative_tokens:  # the drafts' own kernels and the proposer's (kernels.toml [core.draft])
-        draft, further = load_table("kernels")["core"]["draft"], config.speculative_tokens - 1
+    if config.speculative_tokens:  # the drafts: their reads by mechanism, their kernels ([draft.*] of kernels.toml)
         tail = segment(None, False)
-        tail.kernels += draft["first_kernels"] + further * draft["per_kernels"]
-        tail.eager_kernels += draft["first_eager_kernels"] + further * draft["per_eager_kernels"]
+        tail.draft = drafter_reads(inventory, config, topology.tp)
+        full = tail.draft.full_bytes
+        tail.draft_backend_share = dict(tail.draft.full_by_format).get(backend.format, 0.0) / full if full else 0.0
+        kernels, _, _ = draft_launches(tail.draft, config.speculative_tokens)
+        eager, _, _ = draft_launches(tail.draft, config.speculative_tokens, eager=True)
+        tail.kernels += kernels
+        tail.eager_kernels += eager
     _collective_terms(inventory, topology, placement, segments)
     utilization = compute_utilization(hardware)[0]
     return _Terms(segments=segments, stages=pp, expert_scale=float(topology.dp if topology.expert_parallel else 1),
@@ -805,6 +817,17 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
                   dequant_bytes_per_weight=dequant, backend_compute=backend.compute, backend_format=backend.format,
                   routed_share=shape.experts_per_token / shape.num_experts if shape.num_experts else 0.0,
                   weight_only=backend.weight_only, efficiency=hardware.efficiency, placement=placement)
+
+
+def drafter_reads(inventory: Inventory, config: StepConfig, ranks: int) -> DraftReads:
+    """One drafter forward's reads for this step's speculation: a draft of its own as given, else by method
+    (the checkpoint's MTP layers, or none for a host-side proposer)."""
+    from .drafting import mechanism_of, mtp_reads, no_weight_reads
+
+    if config.drafter is not None:
+        return config.drafter
+    return mtp_reads(inventory, ranks) if mechanism_of(config.draft_method) == "mtp" \
+        else no_weight_reads(config.draft_method)
 
 
 def _add(a: _ModuleRead, b: _ModuleRead) -> _ModuleRead:
@@ -901,10 +924,17 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
             weight += read.nbytes * fraction
             backend_w += read.backend_bytes * fraction
             dequant_params += read.dequant_params * fraction
-        if spec:
-            weight += t.per_draft.nbytes * spec
-            backend_w += t.per_draft.backend_bytes * spec
-            dequant_params += t.per_draft.dequant_params * spec
+        draft_host_s = 0.0
+        if spec and t.draft is not None:  # the drafter's forwards: whole modules each, experts as routed
+            passes = pass_tokens(micro, spec)
+            weight += t.draft.full_bytes * len(passes)
+            backend_w += t.draft.full_bytes * t.draft_backend_share * len(passes)
+            for fmt, bank in t.draft.routed:
+                read = bank.nbytes * routed_reads(bank.experts, bank.top_k, passes, config.routing == "shared", micro)
+                weight += read
+                backend_w += read if fmt == terms.backend_format else 0.0
+            _, host_launches, host_ms = draft_launches(t.draft, spec)
+            draft_host_s = (host_launches * terms.host_us * 1e-6 if config.graphs else 0.0) + host_ms * 1e-3
         seg.weight_bytes, seg.backend_weight_bytes, seg.resident_bytes = weight, backend_w, t.resident
         seg.extra_bytes = dequant_params * terms.dequant_bytes_per_weight
         # KV: each decoding sequence reads its context; a chunk reads its prompt's earlier KV and writes its own
@@ -913,7 +943,12 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
             seg.kv_bytes = t.kv_per_token * span * micro
             for c in chunks:
                 seg.kv_bytes += t.kv_per_token * (min(c.context, t.window or c.context) + c.tokens)
-        seg.state_bytes = t.state_bytes * (micro + len(chunks)) + t.scan_bytes * chunk_tokens
+        if spec and t.draft is not None and t.draft.kv_bytes_per_context_token:  # the drafter's own KV, each forward
+            seg.kv_bytes += t.draft.kv_bytes_per_context_token * config.context * micro * spec
+        # with drafts a GDN / Mamba layer keeps the state after every verified position, so that vLLM can roll
+        # back to the last accepted one (gdn_attn: spec_state_indices, 1 + n slots a sequence): n more writes
+        seg.state_bytes = t.state_bytes * (micro + len(chunks)) + t.scan_bytes * chunk_tokens \
+            + t.state_bytes / 2 * spec * micro
         # compute: decode tokens at decode's utilization, a prompt's tokens at the prefill rates
         f = t.flops
         decode_at_peak = (f.backend_s + sum(f.other.values())) * decode_in \
@@ -968,6 +1003,7 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
             seg.uncaptured_host_s = seg.kernels * terms.uncaptured_us * 1e-6
         elif piecewise and t.attention_layers:  # piecewise graphs: attention launched by the host between them
             seg.floor_s += t.attention_layers * terms.piecewise_host_launches * terms.host_us * 1e-6
+        seg.floor_s += draft_host_s  # the drafts' launches outside graphs, the proposer's host time
         seg.host_s = (seg.eager_kernels + seg.host_equiv) * terms.host_us * 1e-6
         segments.append((key, seg))
     stages: list[list[Segment]] = [[] for _ in range(pp)]

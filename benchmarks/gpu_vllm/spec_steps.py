@@ -1,0 +1,68 @@
+"""Speculative decoding's step, measured on real vLLM beside the step model's price of it, by mechanism:
+MTP (a GDN-hybrid MoE and DeepSeek-V3's MLA MoE), EAGLE-3 on a dense model, a draft model, ngram.
+
+    .venv/bin/python benchmarks/gpu_vllm/spec_steps.py
+
+Runs: benchmarks/results/vllm_h200_spec/ (H200) and benchmarks/results/vllm_h100_mtp/ (H100), vLLM 0.26.0,
+dummy weights, 1,024-token prompts, `benchmarks/gpu_vllm/probe.py` (the probe `roofline calibrate --engine
+vllm` runs). With dummy weights no model draft is accepted, so a step is one verify of 1 + n tokens per
+sequence and its n drafts; ngram's drafts are accepted (the dummy model repeats itself) and its verify step
+is vLLM's spec-decode counters' drafts over the run. Predicted: `roofline audit CONFIG --hardware <the run's
+card> --batch B --context 1024 --speculative-config <the run's> --acceptance-rate 0`. Nothing of the step
+model was fitted to these runs except the drafts' kernel and launch counts (data/kernels.toml [draft.*],
+counts of vLLM's code) and ngram's host time."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RUNS = [REPO / "benchmarks" / "results" / "vllm_h200_spec", REPO / "benchmarks" / "results" / "vllm_h100_mtp"]
+CARDS = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
+
+
+def predicted_step_ms(run: dict, batch: int) -> float:
+    args = [sys.executable, "-m", "roofline.cli", "audit", run["config"], "--hardware", CARDS[run["gpu"]],
+            "--context", "1024", "--batch", str(batch), "--json"]
+    if run["mode"] == "eager":
+        args.append("--enforce-eager")
+    if run.get("speculative_config"):
+        args += ["--speculative-config", json.dumps(run["speculative_config"]), "--acceptance-rate", "0"]
+    out = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
+    if out.returncode:
+        raise SystemExit(f"{run['config']}: {out.stderr.strip()}")
+    return json.loads(out.stdout)["step"]["step_ms"]
+
+
+def rows() -> list[dict]:
+    out = []
+    for folder in RUNS:
+        for path in sorted(folder.glob("*.json")):
+            run = json.loads(path.read_text())
+            spec = run.get("speculative_config") or {}
+            for row in run["decode"]:
+                measured = row.get("verify_step_ms", row["step_ms"])
+                predicted = predicted_step_ms(run, row["batch"])
+                out.append({"run": f"{folder.name}/{path.stem}", "card": CARDS[run["gpu"]], "mode": run["mode"],
+                            "method": spec.get("method", "-"), "drafts": spec.get("num_speculative_tokens", 0),
+                            "batch": row["batch"], "measured_ms": measured, "predicted_ms": predicted,
+                            "error": predicted / measured - 1})
+    return out
+
+
+def main() -> None:
+    table = rows()
+    print(f"{'run':<26} {'card':<9} {'mode':<6} {'method':<11} {'drafts':>6} {'batch':>5} {'measured':>9} "
+          f"{'predicted':>9} {'error':>6}")
+    for r in table:
+        print(f"{r['run']:<26} {r['card']:<9} {r['mode']:<6} {r['method']:<11} {r['drafts']:>6} {r['batch']:>5} "
+              f"{r['measured_ms']:>9.2f} {r['predicted_ms']:>9.2f} {100 * r['error']:>+5.0f}%")
+    graphs = [r for r in table if r["mode"] == "graphs" and r["drafts"]]
+    print(f"graph-mode speculative steps: mean |error| {100 * sum(abs(r['error']) for r in graphs) / len(graphs):.1f}%"
+          f" over {len(graphs)}, worst {100 * max((r['error'] for r in graphs), key=abs):+.0f}%")
+
+
+if __name__ == "__main__":
+    main()
