@@ -9,16 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from roofline.data import load_table
 from roofline.errors import RooflineError
 from roofline.model.formats import DTYPE_BITS, TORCH_DTYPES
 from roofline.model.inventory import Inventory, Module
 from roofline.model.roles import role_properties
 
 from .memo import IdentityMemo
-
-# vLLM's speculative methods that draft with the checkpoint's own MTP layers (data/vllm_args.toml)
-MTP_METHODS = tuple(load_table("vllm_args")["speculative"]["mechanism"]["mtp"])
 
 # The KV cache dtype vocabulary, in one place: bytes per element of each name the model uses, and
 # vLLM's --kv-cache-dtype spellings mapped onto those names ("auto" is resolved by kv_dtype_and_bytes)
@@ -141,13 +137,13 @@ def module_read_fraction(module: Module, inventory: Inventory, scenario: Scenari
     read = role_properties(module.role).read
     if read == "none":
         return 0.0
-    from .drafting import module_reads, mtp_has_own_head
+    from .drafting import mechanism_of, module_reads, mtp_has_own_head
     if read == "per_draft":  # the MTP head: once per drafter forward, its experts as routed (predict/drafting.py)
-        if not scenario.speculative_tokens or scenario.draft_method not in MTP_METHODS:
+        if not scenario.speculative_tokens or mechanism_of(scenario.draft_method) != "mtp":
             return 0.0
         return module_reads(module, inventory, scenario.speculative_tokens, scenario.batch,
                             scenario.routing == "shared")
-    if module.role == "lm_head" and scenario.speculative_tokens and scenario.draft_method in MTP_METHODS \
+    if module.role == "lm_head" and scenario.speculative_tokens and mechanism_of(scenario.draft_method) == "mtp" \
             and any(m.role == "mtp" for m in inventory.modules) and not mtp_has_own_head(inventory):
         return 1.0 + scenario.speculative_tokens  # the verify samples with it, and every MTP forward
     if read == "row":
@@ -215,7 +211,8 @@ def _compute_traffic(inventory: Inventory, scenario: Scenario) -> Traffic:
     kv_per_seq = sum(kv_bytes_by_layer(inventory, scenario).values())
     state_per_seq = sum(state_bytes_by_layer(inventory).values())
     notes = []
-    if scenario.speculative_tokens and scenario.draft_method in MTP_METHODS \
+    from .drafting import mechanism_of
+    if scenario.speculative_tokens and mechanism_of(scenario.draft_method) == "mtp" \
             and not any(m.role == "mtp" for m in inventory.modules):
         notes.append("speculative decoding on, but the checkpoint has no MTP / draft layers: draft cost not counted")
     return Traffic(
