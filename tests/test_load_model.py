@@ -83,6 +83,44 @@ def test_a_prompt_is_priced_by_compute_not_by_decode_steps(inventories, kind):
     assert mixed > pricer.seconds(0, 0, (Chunk(512),)) and mixed > pricer.seconds(16, 2048)
 
 
+@pytest.mark.parametrize("kind", ["hybrid", "mamba"])
+def test_a_hybrid_short_prompt_waits_on_the_host_launching_its_scans(inventories, kind):
+    """A recurrent layer's chunked scan runs outside vLLM's CUDA graphs, its Python wrapper launching a dozen
+    kernels (prefill.toml [scan_host], measured): a short prompt's step is bound by that host time, a long one's by
+    the GPU; decode steps never pay it."""
+    from dataclasses import replace as swap
+
+    from roofline.predict.prefill import scan_host_us_per_layer
+
+    inv, hw = inventories[kind], get_hardware("h200")
+    per_layer, table_kind, _ = scan_host_us_per_layer(hw)
+    assert table_kind in ("measured", "calibrated") and per_layer["gdn"] > 0 and per_layer["mamba"] > 0
+    pricer = StepPricer(inv, hw, StepConfig(context=1024))
+    layers = len(inv.shape.recurrent)
+    short, long, decode = (pricer.seconds(0, 0, (Chunk(256),)), pricer.seconds(0, 0, (Chunk(8192),)),
+                           pricer.seconds(8, 1024))
+    kinds = {layer.kind for layer in inv.shape.recurrent}
+    assert short >= layers * min(per_layer[k] for k in kinds) * 1e-6
+    pricer._terms = swap(pricer._terms, scan_host_us={})
+    assert pricer.seconds(0, 0, (Chunk(256),)) < 0.8 * short  # the host's time is most of a short prompt's step
+    assert pricer.seconds(0, 0, (Chunk(8192),)) > 0.7 * long
+    assert pricer.seconds(8, 1024) == pytest.approx(decode)
+
+
+def test_attention_of_narrow_heads_and_windows_reaches_its_own_share():
+    """FlashAttention reaches less with 64-wide heads and little over a 128-token window (kernels measured on the
+    H200, prefill.toml): the shares the step model takes by layer, ramping up with the chunk's tokens."""
+    from roofline.predict.prefill import prefill_rates
+
+    rates = prefill_rates(get_hardware("h200"))
+    wide, narrow, window = (rates.attention_share(128, False, 8192), rates.attention_share(64, False, 8192),
+                            rates.attention_share(64, True, 8192))
+    assert window < narrow < wide <= rates.attention
+    assert rates.attention_share(128, False, 512) < 0.5 * wide  # a short chunk's attention: few tiles
+    gb10 = prefill_rates(get_hardware("gb10"))  # no kernel of its own: one attention share, fitted
+    assert gb10.attention_share(64, True, 8192) == gb10.attention_share(128, False, 8192)
+
+
 def test_causal_attention_makes_later_chunks_dearer(inventories):
     """The same 2,048 tokens cost more after 28k tokens of the prompt than at its start (attention over what the
     chunk follows)."""
@@ -286,14 +324,18 @@ def test_the_prefill_table_is_what_the_fit_wrote():
     them, rounded to three figures): a hand edit of either shows here."""
     from roofline.data import load_table
 
+    sys.path.insert(0, str(REPO / "benchmarks" / "serving"))
+    from fit import scan_host_us, sustained
+
     fit = {d["device"]: d for d in json.loads((REPO / "benchmarks" / "serving" / "fit.json").read_text())["devices"]}
     table = load_table("prefill")
     rows = {"h200": next(r for r in table["rate"] if r.get("cc") == "9.0"),
             "gb10": next(r for r in table["rate"] if r.get("hardware") == "gb10")}
     for device, row in rows.items():
-        fitted = fit[device]["all"]
+        fitted = sustained(fit[device]["all"])  # the kernels' shares at the fitted sustained clock
         for name, value in fitted.items():
-            if name in ("request_ms", "uncaptured_us", "prompt_independence"):
+            if name in ("request_ms", "uncaptured_us", "prompt_independence", "sustained", "scan_host_scale") \
+                    or value is None:
                 continue
             kind, _, sub = name.partition(".")
             kind = {"ramp": "ramp_tokens"}.get(kind, kind)
@@ -306,3 +348,23 @@ def test_the_prefill_table_is_what_the_fit_wrote():
     assert hosts["gb10"]["ms"] == pytest.approx(fit["gb10"]["all"]["request_ms"], rel=5e-3)
     assert table["routing"]["prompt_independence"] == pytest.approx(fit["gb10"]["all"]["prompt_independence"],
                                                                      rel=5e-3)
+    # a hybrid layer's host time: the scans' measured wrapper x the mixer scale the H200's first tokens gave
+    scan = next(m for m in table["scan_host"]["measured"] if m.get("host") == "x86_server")
+    for kind, us in scan_host_us(fit["h200"]["all"]["scan_host_scale"], "h200").items():
+        assert scan["us"][kind] == pytest.approx(us, rel=5e-3)
+
+
+def test_the_kernel_rates_are_what_the_kernel_runs_give():
+    """benchmarks/serving/kernel_rates.json (which fit.py fixes the Hopper shares to) is what the recorded kernel
+    timings (benchmarks/results/vllm_kernels) give, and fit.json's fixed coefficients are its figures."""
+    sys.path.insert(0, str(REPO / "benchmarks" / "serving"))
+    import kernel_rates
+    from fit import kernel_params
+
+    recorded = json.loads((REPO / "benchmarks" / "serving" / "kernel_rates.json").read_text())
+    assert kernel_rates.build() == recorded, "kernel_rates.json is stale: run benchmarks/serving/kernel_rates.py"
+    assert "H200" in recorded["card"] and recorded["points_kept"] > 200
+    fit = {d["device"]: d for d in json.loads((REPO / "benchmarks" / "serving" / "fit.json").read_text())["devices"]}
+    assert fit["h200"]["fixed"] == pytest.approx(kernel_params())
+    # the kernels, not the first tokens, decide the Hopper shares: none of them is a free coefficient of the fit
+    assert not set(kernel_params()) & set(fit["h200"]["free"])

@@ -18,6 +18,7 @@ Points: benchmarks/serving/points.py (H200: benchmarks/results/vllm_h200_serving
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
@@ -36,6 +37,7 @@ from roofline.predict.first_token import prompt_chunks  # noqa: E402
 from roofline.predict.prefill import PrefillRates  # noqa: E402
 
 FIT_JSON = HERE / "fit.json"
+KERNEL_RATES = HERE / "kernel_rates.json"
 TABLE = HERE.parent.parent / "roofline" / "data" / "prefill.toml"
 MARKER = "# ---------------------------------------------------------------------------- fitted rows"
 # coefficient -> (lowest, highest) searched
@@ -44,7 +46,11 @@ MARKER = "# --------------------------------------------------------------------
 BOUNDS = {"gemm.bf16": (0.05, 2.0), "gemm.fp8": (0.05, 2.0), "weight_only": (0.02, 2.0), "moe.bf16": (0.02, 2.0),
           "moe_weight_only.nvfp4": (0.01, 2.0), "moe_weight_only.mxfp4": (0.01, 2.0), "attention": (0.05, 2.0),
           "scan.gdn": (0.002, 2.0), "scan.mamba": (0.002, 2.0), "ramp.gemm": (1.0, 4096.0), "ramp.moe": (1.0, 1024.0),
-          "uncaptured_us": (1.0, 200.0), "request_ms": (0.0, 300.0), "prompt_independence": (0.02, 1.0)}
+          "uncaptured_us": (1.0, 200.0), "request_ms": (0.0, 300.0), "prompt_independence": (0.02, 1.0),
+          "sustained": (0.5, 1.2), "scan_host_scale": (0.5, 4.0)}
+# never searched: from vLLM's kernels timed one by one (kernel_rates.py) on Hopper, carried to GB10 as ratios
+KERNEL_ONLY = ("attention_narrow", "attention_sliding", "ramp.attention", "ramp.attention_narrow",
+               "ramp.attention_sliding", "ramp.scan_gdn", "ramp.scan_mamba")
 SENSITIVE = 1e-5  # a coefficient moves the loss by less than this when doubled: the points do not determine it
 SWEEPS = 6
 
@@ -56,17 +62,57 @@ def defaults() -> dict:
             "moe.bf16": d["moe"]["bf16"], "moe_weight_only.nvfp4": d["moe_weight_only"]["nvfp4"],
             "moe_weight_only.mxfp4": d["moe_weight_only"]["mxfp4"], "attention": d["attention"],
             "scan.gdn": d["scan"]["gdn"], "scan.mamba": d["scan"]["mamba"], "ramp.gemm": d["ramp_tokens"]["gemm"],
-            "ramp.moe": d["ramp_tokens"]["moe"], "uncaptured_us": 10.5, "request_ms": 20.0, "prompt_independence": 1.0}
+            "ramp.moe": d["ramp_tokens"]["moe"], "uncaptured_us": 10.5, "request_ms": 20.0, "prompt_independence": 1.0,
+            "attention_narrow": None, "attention_sliding": None, "ramp.attention": 0.0, "sustained": 1.0, "scan_host_scale": 1.0,
+            "ramp.attention_narrow": 0.0, "ramp.attention_sliding": 0.0, "ramp.scan_gdn": 0.0, "ramp.scan_mamba": 0.0}
+
+
+def kernel_params() -> dict:
+    """The coefficients vLLM's kernels give, timed one by one on a Hopper GPU (kernel_rates.json): fixed for the
+    Hopper row, never fitted to a first token."""
+    k = json.loads(KERNEL_RATES.read_text())["rates"]
+    pairs = {"gemm.bf16": ("gemm.bf16", "ramp.gemm"), "gemm.fp8": ("gemm.fp8", None), "moe.bf16": ("moe.bf16", "ramp.moe"),
+             "attention.head_dim_128": ("attention", "ramp.attention"),
+             "attention.head_dim_64": ("attention_narrow", "ramp.attention_narrow"),
+             "attention.sliding": ("attention_sliding", "ramp.attention_sliding"),
+             "scan.gdn": ("scan.gdn", "ramp.scan_gdn"), "scan.mamba": ("scan.mamba", "ramp.scan_mamba"),
+             "gemm.nvfp4-marlin": ("weight_only", None), "moe.nvfp4-marlin": ("moe_weight_only.nvfp4", None)}
+    out = {}
+    for key, (share, ramp) in pairs.items():
+        out[share] = k[key]["share"]
+        if ramp:
+            out[ramp] = k[key]["ramp_tokens"]
+    return out
+
+
+# the shares a kernel measured (kernel_params), each scaled by the sustained clock
+SUSTAINED = ("gemm.bf16", "gemm.fp8", "moe.bf16", "attention", "scan.gdn", "scan.mamba", "attention_narrow",
+             "attention_sliding", "weight_only", "moe_weight_only.nvfp4")
+
+
+def sustained(params: dict) -> dict:
+    """The kernels' shares at the clock a whole prompt's work sustains: one factor for every kind, fitted to the
+    device's first tokens pooled over its models (the kernels were timed in bursts of ~1 ms, a long prompt runs
+    the tensor cores for a quarter to half a second)."""
+    factor = params.get("sustained", 1.0)
+    if factor == 1.0:
+        return params
+    return params | {k: params[k] * factor for k in SUSTAINED if params.get(k) is not None}
 
 
 def rates_of(params: dict, base: PrefillRates) -> PrefillRates:
+    params = sustained(params)
     return replace(base, gemm=base.gemm | {"bf16": params["gemm.bf16"], "fp8": params["gemm.fp8"]},
                    weight_only=params["weight_only"], moe=base.moe | {"bf16": params["moe.bf16"]},
                    moe_weight_only=base.moe_weight_only | {"nvfp4": params["moe_weight_only.nvfp4"],
                                                            "mxfp4": params["moe_weight_only.mxfp4"]},
-                   attention=params["attention"],
+                   attention=params["attention"], attention_narrow=params["attention_narrow"],
+                   attention_sliding=params["attention_sliding"],
                    scan={"gdn": params["scan.gdn"], "mamba": params["scan.mamba"]},
-                   ramp_tokens={"gemm": params["ramp.gemm"], "moe": params["ramp.moe"]},
+                   ramp_tokens={"gemm": params["ramp.gemm"], "moe": params["ramp.moe"],
+                                "attention": params["ramp.attention"], "attention_narrow": params["ramp.attention_narrow"],
+                                "attention_sliding": params["ramp.attention_sliding"],
+                                "scan_gdn": params["ramp.scan_gdn"], "scan_mamba": params["ramp.scan_mamba"]},
                    prompt_independence=params["prompt_independence"])
 
 
@@ -74,7 +120,8 @@ def price(point, params: dict) -> float:
     s = server(point.device, point.model, point.serve)
     pricer = s.pricer
     terms, config = pricer._terms, pricer.config
-    pricer._terms = replace(terms, rates=rates_of(params, terms.rates), uncaptured_us=params["uncaptured_us"])
+    pricer._terms = replace(terms, rates=rates_of(params, terms.rates), uncaptured_us=params["uncaptured_us"],
+                            scan_host_us=scan_host_us(params["scan_host_scale"], point.device))
     if point.device != "gb10":  # dummy weights: every token routes on its own
         pricer.config = replace(config, prompt_routing=1.0)
     try:
@@ -84,11 +131,37 @@ def price(point, params: dict) -> float:
         pricer._terms, pricer.config = terms, config
 
 
+@functools.lru_cache(maxsize=None)
+def _scan_host_measured() -> dict:
+    return {k: v["us"] for k, v in json.loads(KERNEL_RATES.read_text())["scan_host_per_layer"].items()}
+
+
+def host_ratio(device: str) -> float:
+    """GB10's Grace host against the x86 hosts the scans were timed on: launch.toml's host cost per kernel."""
+    hosts = load_table("launch")["host"]
+    return hosts["grace_arm"]["host_us_per_kernel"] / hosts["x86_server"]["host_us_per_kernel"] \
+        if device == "gb10" else 1.0
+
+
+def scan_host_us(scale: float, device: str) -> dict:
+    """The host's time of one recurrent layer's prompt kernels: the scans' measured wrapper time x the mixer's
+    fitted scale, on GB10 through the host ratio."""
+    return {k: v * scale * host_ratio(device) for k, v in _scan_host_measured().items()}
+
+
 def loss(points, params: dict) -> float:
     return statistics.fmean(math.log(price(p, params) / p.ttft_s) ** 2 for p in points)
 
 
 def fit(points, free: list[str], start: dict) -> dict:
+    """Coordinate descent from `start` and from the table's default estimates (with `start`'s fixed values): the
+    better of the two (a device fitted from another's values can stall in a poor valley)."""
+    other = defaults() | {k: v for k, v in start.items() if k not in free}
+    runs = [_descend(points, free, s) for s in ((start, other) if other != start else (start,))]
+    return min(runs, key=lambda p: loss(points, p))
+
+
+def _descend(points, free: list[str], start: dict) -> dict:
     params = dict(start)
     ratio = (math.sqrt(5) - 1) / 2
     for _ in range(SWEEPS):
@@ -120,14 +193,16 @@ def fit(points, free: list[str], start: dict) -> dict:
     return params
 
 
-def free_for(points, device: str) -> list[str]:
+def free_for(points, device: str, fixed: dict | None = None) -> list[str]:
     """The coefficients these points determine: those whose doubling moves the loss (the rest stay at the table's
-    default estimate; the GB10 prompt-routing coefficient only on GB10, whose runs had real weights)."""
-    start = defaults()
+    default estimate; the GB10 prompt-routing coefficient only on GB10, whose runs had real weights), less the
+    `fixed` ones (measured on kernels)."""
+    start = defaults() | (fixed or {})
     base = loss(points, start)
     out = []
     for name in BOUNDS:
-        if name == "prompt_independence" and device != "gb10":
+        if name == "prompt_independence" and device != "gb10" or name in (fixed or {}) or \
+                name in ("sustained", "scan_host_scale") and not fixed:  # they scale what kernels measured
             continue
         trial = start | {name: start[name] * 2 if name != "request_ms" else start[name] + 20}
         if name == "uncaptured_us":
@@ -144,32 +219,55 @@ def evaluate(points, params: dict) -> list[float]:
 
 
 SHARES = [name for name in BOUNDS if name not in ("request_ms", "prompt_independence", "ramp.gemm", "ramp.moe",
-                                                  "uncaptured_us")]
+                                                  "uncaptured_us", "sustained", "scan_host_scale")]
+
+
+# a weight-only kernel dequantizes its tiles and runs BF16 MMA (no FP4 / INT4 tensor cores in Hopper): a format no
+# first token of the device determined runs at the device's BF16 share of its kind
+KIN = {"weight_only": "gemm.bf16", "moe_weight_only.nvfp4": "moe.bf16", "moe_weight_only.mxfp4": "moe.bf16"}
+
+
+def kin(params: dict, free: list[str], fixed: dict) -> dict:
+    """On a device whose shares were measured on kernels: the weight-only shares its points do not determine, at
+    the BF16 share of their kind (at the sustained clock)."""
+    if not fixed:
+        return params
+    scaled = sustained(params)
+    return params | {name: scaled[bf16] for name, bf16 in KIN.items() if name not in free}
 
 
 def carried(params: dict, free: list[str], measured: dict | None) -> dict:
     """A coefficient these points do not determine, carried from the measured device (the H200) through this
-    device's own fitted dense-GEMM share: the measured device's value x (this bf16 share / its bf16 share)."""
-    if not measured or "gemm.bf16" not in free:
+    device's own fitted dense-GEMM share: the measured device's value x (this bf16 share / its bf16 share); the
+    kernels' narrow-head and sliding-window attention as their ratio to full attention, their ramps as measured."""
+    if not measured:
         return params
-    scale = params["gemm.bf16"] / measured["gemm.bf16"]
-    return params | {name: measured[name] * scale for name in SHARES if name not in free and name in measured}
+    out = dict(params)
+    if "gemm.bf16" in free:
+        scale = params["gemm.bf16"] / measured["gemm.bf16"]
+        out |= {name: measured[name] * scale for name in SHARES if name not in free and name in measured}
+    return out
 
 
-def run_device(device: str, points, measured: dict | None = None) -> dict:
-    start = defaults() | ({k: v for k, v in measured.items() if k in SHARES} if measured else {})
-    free = free_for(points, device)
-    params = carried(fit(points, free, start), free, measured)
+def run_device(device: str, points, measured: dict | None = None, fixed: dict | None = None) -> dict:
+    """Fit `device`'s free coefficients to its first tokens; `fixed` (measured on kernels) stays as it is."""
+    fixed = fixed or {}
+    # GB10: its fitted scan rates hold its host's share of a hybrid's prompt (prefill.toml [[scan_host.measured]]
+    # gb10: none of its own; a host term beside them left its 25 points degenerate: shares at their bounds)
+    start = defaults() | ({k: v for k, v in measured.items() if k in SHARES} if measured else {}) | fixed \
+        | ({"scan_host_scale": 0.0} if measured else {})
+    free = free_for(points, device, fixed)
+    params = kin(carried(fit(points, free, start), free, measured), free, fixed)
     errors = evaluate(points, params)
     left = {}
     for case in sorted({p.case for p in points}):
         rest = [p for p in points if p.case != case]
         mine = [p for p in points if p.case == case]
-        rest_free = free_for(rest, device)
-        refit = carried(fit(rest, rest_free, start), rest_free, measured)
+        rest_free = free_for(rest, device, fixed)
+        refit = kin(carried(fit(rest, rest_free, start), rest_free, measured), rest_free, fixed)
         left[case] = evaluate(mine, refit)
     left_errors = [e for p in points for e in [left[p.case][[q for q in points if q.case == p.case].index(p)]]]
-    return {"device": device, "free": free, "params": {k: params[k] for k in free},
+    return {"device": device, "free": free, "params": {k: params[k] for k in free}, "fixed": fixed,
             "carried": {k: params[k] for k in SHARES if k not in free and measured and k in measured},
             "all": params,
             "points": [{"case": p.case, "family": p.family, "prompt": p.prompt, "measured_ms": p.ttft_s * 1e3,
@@ -188,7 +286,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--table", action="store_true", help="write the fitted rows of roofline/data/prefill.toml")
     args = parser.parse_args()
-    h200 = run_device("h200", h200_ttft())
+    h200 = run_device("h200", h200_ttft(), fixed=kernel_params())
     out = {"schema": "roofline.prefill_fit/1", "devices": [h200, run_device("gb10", gb10_ttft(), h200["all"])]}
     for device in out["devices"]:
         print(f"\n{device['device']}: " + ", ".join(f"{k} {v:.3g}" for k, v in device["params"].items()))
@@ -216,15 +314,28 @@ def _g(x: float) -> float:
 
 
 def _row(device: dict, where: str, kind: str, source: str) -> str:
-    p = device["all"]
+    p = sustained(device["all"])
+    optional = "".join(f"{name} = {_g(p[name])}\n" for name in ("attention_narrow", "attention_sliding")
+                       if p.get(name) is not None)
     return (f"[[rate]]\n{where}\n"
             f"gemm = {{ bf16 = {_g(p['gemm.bf16'])}, fp8 = {_g(p['gemm.fp8'])} }}\n"
             f"weight_only = {_g(p['weight_only'])}\nmoe = {{ bf16 = {_g(p['moe.bf16'])} }}\n"
             f"moe_weight_only = {{ nvfp4 = {_g(p['moe_weight_only.nvfp4'])}, mxfp4 = {_g(p['moe_weight_only.mxfp4'])} }}\n"
-            f"attention = {_g(p['attention'])}\nscan = {{ gdn = {_g(p['scan.gdn'])}, mamba = {_g(p['scan.mamba'])} }}\n"
-            f"ramp_tokens = {{ gemm = {_g(p['ramp.gemm'])}, moe = {_g(p['ramp.moe'])} }}\n"
+            f"attention = {_g(p['attention'])}\n{optional}"
+            f"scan = {{ gdn = {_g(p['scan.gdn'])}, mamba = {_g(p['scan.mamba'])} }}\n"
+            f"ramp_tokens = {{ gemm = {_g(p['ramp.gemm'])}, moe = {_g(p['ramp.moe'])}, "
+            f"attention = {_g(p['ramp.attention'])}, attention_narrow = {_g(p['ramp.attention_narrow'])}, "
+            f"attention_sliding = {_g(p['ramp.attention_sliding'])}, scan_gdn = {_g(p['ramp.scan_gdn'])}, "
+            f"scan_mamba = {_g(p['ramp.scan_mamba'])} }}\n"
             f"band = {_g(device['band90_left_out'])}\n"
             f"kind = \"{kind}\"\nsource = \"{source}\"\n")
+
+
+SCAN_HOST_SOURCE = ("measured and scaled: the host's time of vLLM 0.26.0's chunked-scan kernels alone, called as vLLM "
+                    "calls them for 512- and 1,024-token prompts on the lent GPUs' x86 hosts (GDN {gdn} us, Mamba2 "
+                    "{mamba} us a layer; benchmarks/serving/kernel_rates.py -> kernel_rates.json), times {scale} for "
+                    "the rest of the mixer launched beside them outside the graphs (its causal conv, gating, norms and "
+                    "metadata), fitted to the first tokens of the H200's two hybrids (benchmarks/serving/fit.py)")
 
 
 def write_table(out: dict) -> None:
@@ -236,12 +347,18 @@ def write_table(out: dict) -> None:
                        f"{100 * d['left_out_mean_abs_error']:.1f}% leaving each model out")
     rows = [MARKER, "# written by benchmarks/serving/fit.py --table from benchmarks/serving/fit.json", "",
             _row(h200, 'cc = "9.0"', "measured",
-                 "fitted to real vLLM 0.26.0 on an H200 (roofline's benchmark runs, benchmarks/results/vllm_h200_serving, "
-                 f"2026-11-26): {len(h200['points'])} first tokens of one request at a time, prompts of 256-16,384 "
-                 "tokens, of 7 models (Qwen3-8B BF16 and FP8 online, Qwen3-30B-A3B BF16, Qwen3-30B-A3B NVFP4 on Marlin, "
-                 "gpt-oss-20b MXFP4 on Triton, Qwen3-Next GDN hybrid, Nemotron-3-Nano Mamba hybrid; dummy weights) by "
-                 f"benchmarks/serving/fit.py -> benchmarks/serving/fit.json: {error(h200)}. Compute capability 9.0: "
-                 "the H100's tensor cores are the H200's (not measured on an H100)"),
+                 "measured on vLLM 0.26.0's own kernels, timed one by one under torch's profiler on the H200 the first "
+                 "tokens ran on (benchmarks/gpu_vllm/prefill_kernels.py, benchmarks/results/vllm_kernels; an H100 "
+                 "within 0-10% of it; benchmarks/serving/kernel_rates.py -> kernel_rates.json): the dense GEMMs "
+                 "(cuBLAS BF16, CUTLASS FP8 with its activation quantization, Marlin's NVFP4 W4A16), the fused MoE "
+                 "(Triton BF16, Marlin NVFP4), FlashAttention 3 varlen by head dim and window, FLA's GDN and Mamba2's "
+                 "chunked scans; each share times one sustained-clock factor "
+                 f"({_g(h200['all']['sustained'])}: the kernels ran in bursts of about a millisecond, a long prompt "
+                 "keeps the tensor cores busy for a quarter second). Fitted to first tokens (benchmarks/serving/fit.py "
+                 f"-> fit.json; real vLLM 0.26.0 on an H200, benchmarks/results/vllm_h200_serving, "
+                 f"{len(h200['points'])} first tokens of 7 models, dummy weights): that factor, MXFP4's MoE on Triton "
+                 f"(no kernel timed) and the host's times; {error(h200)}. Compute capability 9.0: the H100's and "
+                 "H200's tensor cores are one design"),
             _row(gb10, 'hardware = "gb10"', "calibrated",
                  "fitted to the published vLLM 0.26.0 first tokens of the GB10 fit set "
                  "(benchmarks/gb10/results_prefill.csv: gpt-oss-20b MXFP4, Nemotron-3-Nano-30B-A3B BF16 and NVFP4 on "
@@ -256,6 +373,20 @@ def write_table(out: dict) -> None:
         for key, device in (("x86_server", h200), ("gb10", gb10)):
             text = re.sub(rf'(\[\[{table}\.measured\]\]\n(?:host|hardware) = "{key}"\n{field} = )[0-9.]+',
                           lambda m: m.group(1) + str(_g(device["all"][name])), text)
+    rates = json.loads(KERNEL_RATES.read_text())["scan_host_per_layer"]
+    scale = h200["all"]["scan_host_scale"]
+    text = re.sub(r'(\[\[scan_host\.measured\]\]\nhost = "x86_server"\nus = )\{[^}]*\}',
+                  lambda m: m.group(1) + "{ " + ", ".join(f"{k} = {_g(v['us'] * scale)}" for k, v in rates.items())
+                  + " }", text)
+    text = re.sub(r'(\[\[scan_host\.measured\]\]\nhost = "x86_server"\nus = [^\n]*\nkind = "calibrated"\nsource = ")'
+                  r'[^"]*"', lambda m: m.group(1) + SCAN_HOST_SOURCE.format(
+                      gdn=_g(rates["gdn"]["us"]), mamba=_g(rates["mamba"]["us"]), scale=_g(scale)) + '"', text)
+    grace = scan_host_us(scale, "gb10")
+    text = re.sub(r'(\[scan_host\]\nx86_server = )\{[^}]*\}(\ngrace_arm = )\{[^}]*\}(\ncpu = [^\n]*\nunknown = )\{[^}]*\}',
+                  lambda m: m.group(1) + "{ " + ", ".join(f"{k} = {_g(v['us'] * scale)}" for k, v in rates.items())
+                  + " }" + m.group(2) + "{ " + ", ".join(f"{k} = {_g(v)}" for k, v in grace.items()) + " }"
+                  + m.group(3) + "{ " + ", ".join(f"{k} = {_g(v['us'] * scale)}" for k, v in rates.items()) + " }",
+                  text)
     text = re.sub(r"(prompt_independence = )[0-9.]+", lambda m: m.group(1) + str(_g(gb10["all"]["prompt_independence"])),
                   text)
     TABLE.write_text(text)

@@ -29,7 +29,8 @@ from roofline.predict.workload import Request, Workload  # noqa: E402
 
 OUT = HERE / "load_check.json"
 METRICS = (("ttft", "ttft"), ("itl", "itl"), ("tpot", "tpot"), ("e2el", "e2e"))
-WARM_FIRST = {"qwen3-8b-rate-8.json.gz", "qwen3-30b-a3b-rate-8.json.gz"}  # each server's first load run
+WARM_FIRST = {"qwen3-8b-rate-8.json.gz", "qwen3-30b-a3b-rate-8.json.gz",  # each server's first load run
+              "llama31-8b-rate-12.json.gz", "mixtral-8x7b-8l-rate-16.json.gz"}
 
 
 def trace(run: dict) -> Workload:

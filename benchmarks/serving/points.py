@@ -22,6 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 H200 = REPO / "benchmarks" / "results" / "vllm_h200_serving"
+H200_HELD_OUT = REPO / "benchmarks" / "results" / "vllm_h200_heldout"
 GB10_PREFILL = REPO / "benchmarks" / "gb10" / "results_prefill.csv"
 
 # the H200 cases: where each config is, the vLLM flags it was served with, its family for leave-one-out
@@ -36,8 +37,12 @@ CASES = {
 }
 
 # cases measured to check the model, never fitted: the step budget (--max-num-batched-tokens) chunking a prompt
+# (vllm_h200_serving), and two models of families no fit saw, run after the fit was frozen (vllm_h200_heldout,
+# 2026-11-27): Llama-3.1-8B (dense BF16) and Mixtral-8x7B cut to 8 layers (8 experts of 14,336, top-2)
 HELD_OUT = {
     "qwen3-8b-b2048": ("tests/reference_configs/Qwen__Qwen3-8B", "--max-num-batched-tokens 2048", "dense bf16"),
+    "llama31-8b": ("tests/reference_configs/meta-llama__Llama-3.1-8B-Instruct", "", "dense bf16"),
+    "mixtral-8x7b-8l": ("benchmarks/gpu_vllm/configs/Mixtral-8x7B-8layers", "", "moe bf16"),
 }
 
 
@@ -64,8 +69,9 @@ def h200_ttft(cases: dict | None = None) -> list[TtftPoint]:
     """One request at a time at each prompt length, of `cases` (default: the fitted CASES)."""
     out = []
     for case, (config, flags, family) in (CASES if cases is None else cases).items():
-        path = H200 / f"{case}-ttft.json.gz"
-        if not path.exists():
+        path = next((d / f"{case}-ttft.json.gz" for d in (H200, H200_HELD_OUT) if (d / f"{case}-ttft.json.gz").exists()),
+                    None)
+        if path is None:
             continue
         data = _load(path)
         by = defaultdict(list)
@@ -73,14 +79,16 @@ def h200_ttft(cases: dict | None = None) -> list[TtftPoint]:
             by[n].append(t)
         for n, values in sorted(by.items()):
             out.append(TtftPoint("h200", config, case, family, flags, n, min(values), values,
-                                 f"benchmarks/results/vllm_h200_serving/{path.name}"))
+                                 str(path.relative_to(REPO))))
     return out
 
 
 def h200_loads() -> list[tuple[str, str, dict]]:
     """(case, file name, the vllm bench serve result with every request) of the open-loop runs."""
     out = []
-    for path in sorted(H200.glob("*-rate-*.json.gz")) + sorted(H200.glob("*-burst-*.json.gz")):
+    paths = [p for d in (H200, H200_HELD_OUT) for pattern in ("*-rate-*.json.gz", "*-burst-*.json.gz")
+             for p in sorted(d.glob(pattern))]
+    for path in paths:
         case = path.name.split("-rate-")[0].split("-burst-")[0]
         out.append((case, path.name, _load(path)))
     return out

@@ -30,7 +30,24 @@ class PrefillRates:
     where: str  # the table row: "cc 9.0", "gb10", "default"
     prompt_independence: float = 1.0  # predict/prefill.toml [routing]
     band: float | None = None  # the error the fit showed on models it was not fitted to (90% of them within it)
-    ramp_tokens: dict = None  # gemm / moe -> the M (tokens; a MoE's: per expert) at which a GEMM reaches half its share
+    ramp_tokens: dict = None  # kind -> the M (tokens; a MoE's: per expert) at which its kernels reach half their share
+    attention_narrow: float | None = None  # attention with heads of 64 or fewer dims (None: as `attention`)
+    attention_sliding: float | None = None  # a sliding window's attention over a longer prompt (None: as `attention`)
+
+    def attention_share(self, head_dim: int, sliding: bool, tokens: float) -> float:
+        """The share a chunk of `tokens` prompt tokens' attention reaches, by the layer's kind (FlashAttention's
+        tiles do less with narrow heads and little with a short window), ramping up with the chunk's tokens."""
+        if sliding and self.attention_sliding:
+            share, ramp = self.attention_sliding, self.ramp_tokens.get("attention_sliding", 0.0)
+        elif head_dim <= 64 and self.attention_narrow:
+            share, ramp = self.attention_narrow, self.ramp_tokens.get("attention_narrow", 0.0)
+        else:
+            share, ramp = self.attention, self.ramp_tokens.get("attention", 0.0)
+        return share * tokens / (tokens + ramp) if tokens else share
+
+    def scan_share(self, kind: str, tokens: float) -> float:
+        ramp = self.ramp_tokens.get(f"scan_{kind}", 0.0)
+        return self.scan[kind] * tokens / (tokens + ramp)
 
     def gemm_share(self, compute: str) -> float:
         return self.gemm.get(compute) or self.gemm["bf16"]
@@ -63,6 +80,8 @@ def prefill_rates(hardware: Hardware) -> PrefillRates:
                         source=row["source"], where=where,
                         ramp_tokens=dict(default["ramp_tokens"]) | dict(row.get("ramp_tokens", {})),
                         band=row.get("band", default.get("band")),
+                        attention_narrow=row.get("attention_narrow", default.get("attention_narrow")),
+                        attention_sliding=row.get("attention_sliding", default.get("attention_sliding")),
                         prompt_independence=table["routing"]["prompt_independence"])
 
 
@@ -86,6 +105,18 @@ def uncaptured_us_per_kernel(hardware: Hardware) -> tuple[float, str, str]:
     if row:
         return row["us"], row["kind"], row["source"]
     return table.get(hardware.host, table["unknown"]), table["kind"], table["source"]
+
+
+def scan_host_us_per_layer(hardware: Hardware) -> tuple[dict[str, float], str, str]:
+    """({kind: microseconds}, kind, source) the host spends launching one recurrent layer's prompt kernels (the
+    GDN / Mamba2 chunked scan, run outside vLLM's CUDA graphs), by host class."""
+    table = load_table("prefill")["scan_host"]
+    rows = table.get("measured", [])
+    row = next((r for r in rows if r.get("hardware") in (hardware.key, hardware.derived_from)), None) or \
+        next((r for r in rows if r.get("host") == hardware.host), None)
+    if row:
+        return dict(row["us"]), row["kind"], row["source"]
+    return dict(table.get(hardware.host, table["unknown"])), table["kind"], table["source"]
 
 
 def piecewise_launches_per_attention_layer() -> float:

@@ -177,6 +177,7 @@ class Segment:
     host_s: float = 0.0
     # a step larger than vLLM's CUDA-graph capture: its compiled kernels launched one by one from the host
     uncaptured_host_s: float | None = None
+    scan_host_s: float = 0.0  # a prompt's recurrent layers: the host's time launching their chunked scans
 
     @property
     def bytes(self) -> float:
@@ -190,15 +191,17 @@ class Segment:
         """`memory_s`: the segment's memory time at another efficiency (StepTime.per_stream_tok_s_at)."""
         memory = self.memory_s if memory_s is None else memory_s
         device = max(memory, self.compute_s) + self.floor_s
-        if graphs and self.uncaptured_host_s is not None:
-            return max(device, self.uncaptured_host_s) + self.comm_s
-        return (device if graphs else max(device, self.host_s)) + self.comm_s
+        if graphs and (self.uncaptured_host_s is not None or self.scan_host_s):
+            # the host launching what no graph covers, while the GPU runs what it already launched
+            return max(device, (self.uncaptured_host_s or 0.0) + self.scan_host_s) + self.comm_s
+        return (device if graphs else max(device, self.host_s + self.scan_host_s)) + self.comm_s
 
     def parts(self, graphs: bool) -> dict[str, float]:
         """The segment's seconds as additive parts: the roof that binds it, launches, collectives."""
         roof = max(self.memory_s, self.compute_s)
-        if not graphs and self.host_s > roof + self.floor_s:  # the host cannot issue kernels fast enough
-            return {"memory": 0.0, "compute": 0.0, "launch": self.host_s, "communication": self.comm_s}
+        host_bound = self.seconds(graphs) - self.comm_s
+        if host_bound > roof + self.floor_s + 1e-15:  # the host cannot issue kernels fast enough
+            return {"memory": 0.0, "compute": 0.0, "launch": host_bound, "communication": self.comm_s}
         bound = "memory" if self.memory_s >= self.compute_s else "compute"
         parts = {"memory": 0.0, "compute": 0.0, "launch": self.floor_s, "communication": self.comm_s}
         parts[bound] = roof
@@ -668,9 +671,11 @@ class _SegmentTerms:
     kv_per_token: float = 0.0  # KV bytes per token of context of one sequence (per rank)
     window: int | None = None
     attention_s: float = 0.0  # attention seconds at the bf16 peak per query token per token of context (per rank)
+    head_dim: int = 128  # the attention layer's (a prompt's attention reaches less with narrow heads)
     state_bytes: float = 0.0  # recurrent state read and written per sequence (per rank)
     scan_s: dict = field(default_factory=dict)  # kind -> a prompt token's chunked scan at the bf16 peak (per rank)
     scan_bytes: float = 0.0  # a prompt token's share of the scan's fp32 chunk states, written and read (per rank)
+    scan_layers: dict = field(default_factory=dict)  # kind -> recurrent layers here (their prompt kernels' host time)
     kernels: float = 0.0
     eager_kernels: float = 0.0
     host_equiv: float = 0.0
@@ -692,6 +697,7 @@ class _Terms:
     floor_us: float
     host_us: float
     uncaptured_us: float  # a compiled kernel launched from the host when no CUDA graph covers the step
+    scan_host_us: dict  # kind -> the host's time of one recurrent layer's prompt kernels (outside vLLM's graphs)
     rates: "PrefillRates"
     piecewise_host_launches: float
     dequant_bytes_per_weight: float  # an emulated kernel's BF16 copy, per weight it dequantizes
@@ -711,6 +717,7 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
         SCAN_FLOPS_PER_STATE_ELEMENT,
         piecewise_launches_per_attention_layer,
         prefill_rates,
+        scan_host_us_per_layer,
         uncaptured_us_per_kernel,
     )
 
@@ -781,6 +788,7 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
         target = segment(layer.layer, False)
         target.kv_per_token += layer.kv_elements_per_token() * kv_bytes / kv_ranks
         target.window = layer.window
+        target.head_dim = layer.head_dim
         target.attention_s += attention_flops * q_heads * layer.head_dim / topology.tp / bf16_peak
         target.attention_layers += 1
     state_bytes = dtype_bytes(shape.state_dtype)
@@ -791,6 +799,7 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
         target.scan_s[layer.kind] = target.scan_s.get(layer.kind, 0.0) \
             + SCAN_FLOPS_PER_STATE_ELEMENT * layer.state_elements / topology.tp / bf16_peak
         target.scan_bytes += 2 * layer.state_elements * state_bytes / SCAN_CHUNK_TOKENS.get(layer.kind, 64) / topology.tp
+        target.scan_layers[layer.kind] = target.scan_layers.get(layer.kind, 0) + 1
     for count in profile.counts:
         target = segment(count.layer, count.role == "embedding")
         target.kernels += count.kernels
@@ -813,6 +822,7 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
                   bandwidth=bandwidth, weight_rate=weight_rate, floor_us=costs.graph_floor_us_per_kernel,
                   host_us=costs.host_us_per_kernel, rates=prefill_rates(hardware),
                   uncaptured_us=uncaptured_us_per_kernel(hardware)[0] if costs.host_us_per_kernel else 0.0,
+                  scan_host_us=scan_host_us_per_layer(hardware)[0] if costs.host_us_per_kernel else {},
                   piecewise_host_launches=piecewise_launches_per_attention_layer(),
                   dequant_bytes_per_weight=dequant, backend_compute=backend.compute, backend_format=backend.format,
                   routed_share=shape.experts_per_token / shape.num_experts if shape.num_experts else 0.0,
@@ -982,14 +992,17 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
             at_peak = t.attention_s * span * decode_in
             seg.compute_at_peak_s += at_peak
             seg.compute_s += at_peak / terms.utilization
-            if chunks:  # causal: the i-th token of a chunk attends to the prompt before it and to itself
-                work = sum(c.tokens * min(c.context + (c.tokens + 1) / 2, t.window or math.inf) for c in chunks)
+            for c in chunks:  # causal: the i-th token of a chunk attends to the prompt before it and to itself
+                work = c.tokens * min(c.context + (c.tokens + 1) / 2, t.window or math.inf)
+                sliding = bool(t.window) and t.window < c.context + c.tokens
                 seg.compute_at_peak_s += t.attention_s * work
-                seg.compute_s += t.attention_s * work / rates.attention
+                seg.compute_s += t.attention_s * work / rates.attention_share(t.head_dim, sliding, c.tokens)
         if t.scan_s and chunk_tokens:
             for kind, at_peak in t.scan_s.items():
                 seg.compute_at_peak_s += at_peak * chunk_tokens
-                seg.compute_s += at_peak * chunk_tokens / rates.scan[kind]
+                seg.compute_s += at_peak * chunk_tokens / rates.scan_share(kind, chunk_tokens)
+            # the chunked scan runs outside vLLM's graphs: its Python wrapper launches a dozen kernels a layer
+            seg.scan_host_s = sum(n * terms.scan_host_us.get(kind, 0.0) for kind, n in t.scan_layers.items()) * 1e-6
         seg.kernels, seg.eager_kernels, seg.host_equiv = t.kernels, t.eager_kernels, t.host_equiv
         seg.collectives = [Collective(group, kind, where, 1, per_token * tokens_in, link.key,
                                       link.collective_seconds(per_token * tokens_in, factor))
