@@ -75,3 +75,40 @@ def test_a_missing_draft_checkpoint_is_one_line():
               json.dumps({"method": "eagle3", "model": "/nonexistent/eagle-head", "num_speculative_tokens": 2}))
     lines = [line for line in ran.err.splitlines() if line.strip()]
     assert ran.returncode != 0 and len(lines) == 1 and "speculative-config model" in lines[0], ran.err
+
+
+def test_a_drafters_kv_is_held_in_the_deployments_cache_dtype():
+    """vLLM's drafter shares the target's cache config: an MTP head's layer and a draft model's KV are read at
+    --kv-cache-dtype (FP8 half of BF16), not at BF16 whatever the flag."""
+    import pytest
+
+    from roofline.audit import load_inventory
+    from roofline.predict.drafting import checkpoint_reads
+    from roofline.predict.step import StepConfig, drafter_reads
+
+    target = load_inventory(DEEPSEEK, config_only=True)
+    mtp = {dtype: drafter_reads(target, StepConfig(context=1024, speculative_tokens=2, kv_cache_dtype=dtype,
+                                                   draft_method="mtp"), 1) for dtype in ("bf16", "fp8")}
+    assert mtp["bf16"].kv_bytes_per_context_token > 0
+    assert mtp["fp8"].kv_bytes_per_context_token == pytest.approx(mtp["bf16"].kv_bytes_per_context_token / 2)
+    draft = load_inventory(str(REPO / "roofline" / "data" / "engine_models" / "qwen3-0.6b"), config_only=True)
+    qwen = load_inventory(QWEN, config_only=True)
+    kv = {dtype: checkpoint_reads(draft, "draft_model", qwen, 1, dtype).kv_bytes_per_context_token
+          for dtype in ("auto", "bf16", "fp8")}
+    assert kv["auto"] == kv["bf16"] > 0 and kv["fp8"] == pytest.approx(kv["bf16"] / 2)
+
+
+def test_capacity_prices_a_draft_checkpoint_as_audit_does():
+    """One pricing: capacity's curve takes the draft checkpoint --speculative-config names (its method and its
+    reads), not an MTP head made of its layers (the draft model was priced at 9.9 ms a step there, 23 in audit;
+    vLLM ran it in 17.2)."""
+    spec = {"method": "draft_model", "model": str(REPO / "roofline" / "data" / "engine_models" / "qwen3-0.6b"),
+            "num_speculative_tokens": 3}
+    ran = run("capacity", QWEN, "--hardware", "h200", "--max-model-len", "1280", "--speculative-config",
+              json.dumps(spec), "--acceptance-rate", "0", "--json")
+    assert ran.returncode == 0, ran.err
+    out = json.loads(ran.out)
+    assert out["request"]["draft_method"] == "draft_model" and "qwen3-0.6b" in out["request"]["drafter"]
+    one = next(p for p in out["curve"] if p["concurrency"] == 1)
+    assert abs(one["step_ms"] / audit(QWEN, spec)["step"]["step_ms"] - 1) < 0.03
+    assert abs(one["step_ms"] / measured("q8-d3") - 1) < 0.4

@@ -74,6 +74,8 @@ class Request:
     backend: object = None  # roofline.predict.backends.Backend; None: vLLM's default for the format
     speculative_tokens: int = 0
     acceptance_rate: float = 0.7  # per draft token (roofline.predict.speculation converts vLLM's figure)
+    draft_method: str = "mtp"  # --speculative-config's method: what a draft reads and launches (predict/drafting)
+    drafter: object = None  # roofline.predict.drafting.DraftReads of a draft checkpoint; None: by method
 
 
 @dataclass
@@ -169,7 +171,9 @@ class Capacity:
             "hardware": {"key": hw.key, "name": hw.name, "bandwidth_gbps": hw.bandwidth_gbps,
                          "memory_gb": hw.memory_gb, "tensor_tflops": dict(hw.tensor_tflops)},
             "request": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.request.__dict__.items()
-                        if k != "backend"} | {"backend": self.request.backend.name if self.request.backend else None}
+                        if k not in ("backend", "drafter")}
+            | {"backend": self.request.backend.name if self.request.backend else None,
+               "drafter": self.request.drafter.source if self.request.drafter else None}
             | {"kv_cache_dtype_resolved": self.kv_cache_dtype_resolved},
             "memory_terms": {t.name: {"bytes": t.bytes, "kind": t.kind, "source": t.source} for t in self.memory_terms},
             "kv_cache": self.kv.to_json(),
@@ -491,7 +495,8 @@ def _parallel(inventory: Inventory, hardware: Hardware, request: Request,
     if request.backend is not None:
         mode["backend"] = request.backend
     if request.speculative_tokens:
-        mode |= {"speculative_tokens": request.speculative_tokens, "acceptance_rate": request.acceptance_rate}
+        mode |= {"speculative_tokens": request.speculative_tokens, "acceptance_rate": request.acceptance_rate,
+                 "draft_method": request.draft_method, "drafter": request.drafter}
     if request.gpus is not None or request.boxes is not None:
         concurrency = max(request.concurrency)
         plan = scale_out(inventory, hardware, boxes=request.boxes or 1, devices_per_box=request.gpus or 1,

@@ -893,7 +893,7 @@ def drafter_of(deployment: Deployment, inventory: Inventory):
     if spec is None or deployment.draft_inventory is None or not spec.reads_draft_checkpoint:
         return None
     ranks = dict(spec.fields).get("draft_tensor_parallel_size") or deployment.tp
-    return checkpoint_reads(deployment.draft_inventory, spec.method, inventory, ranks)
+    return checkpoint_reads(deployment.draft_inventory, spec.method, inventory, ranks, deployment.kv_cache_dtype)
 
 
 def capture_tokens(deployment: Deployment, hardware: Hardware) -> int:

@@ -84,26 +84,29 @@ def mtp_has_own_head(inventory: Inventory) -> bool:
                for m in inventory.modules if m.role == "mtp" for t in m.tensors)
 
 
-def mtp_reads(inventory: Inventory, ranks: int = 1) -> DraftReads:
+def mtp_reads(inventory: Inventory, ranks: int = 1, kv_bytes_per_element: float = 2.0) -> DraftReads:
     """An MTP head's forward, from the target checkpoint: its layer (attention, router, shared expert, the
-    experts it routes to), and the vocabulary head it samples with."""
+    experts it routes to), and the vocabulary head it samples with; its one layer's KV in the target's cache
+    dtype (vLLM's drafter shares the target's cache config)."""
     modules = [m for m in inventory.modules if m.role == "mtp"]
     if modules and not mtp_has_own_head(inventory):
         modules += [m for m in inventory.modules if m.role == "lm_head"]
     layer = inventory.shape.attention[0] if inventory.shape.attention else None
-    kv = layer.kv_elements_per_token() * 2 if layer is not None and modules else 0.0  # bf16 KV of one layer
+    kv = layer.kv_elements_per_token() * kv_bytes_per_element if layer is not None and modules else 0.0
     return _reads("mtp", inventory, modules, ranks, kv_bytes=kv,
                   source=f"{inventory.model_id}: its MTP layer and the vocabulary head it samples with")
 
 
-def checkpoint_reads(draft: Inventory, method: str, target: Inventory, ranks: int = 1) -> DraftReads:
+def checkpoint_reads(draft: Inventory, method: str, target: Inventory, ranks: int = 1,
+                     kv_cache_dtype: str = "auto") -> DraftReads:
     """An EAGLE / EAGLE-3 head or a draft model, from its own checkpoint: every module a forward reads (the
-    embedding by row), its KV, and the target's vocabulary head where the draft has none."""
+    embedding by row), its KV at the deployment's --kv-cache-dtype (one cache config for target and draft;
+    "auto" as the draft's own checkpoint says), and the target's vocabulary head where the draft has none."""
     from .traffic import kv_bytes_by_layer, Scenario
     modules = [m for m in draft.modules if role_properties(m.role).read not in ("none", "row")]
     if not any(m.role == "lm_head" for m in modules):
         modules += [m for m in target.modules if m.role == "lm_head"]
-    per_token = sum(kv_bytes_by_layer(draft, Scenario(context=1)).values())
+    per_token = sum(kv_bytes_by_layer(draft, Scenario(context=1, kv_cache_dtype=kv_cache_dtype)).values())
     return _reads(mechanism_of(method), draft, modules, ranks, kv_bytes=per_token,
                   layers=max(1, draft.shape.num_layers),
                   source=f"{draft.model_id} ({method}): {len(modules)} modules a draft forward reads")

@@ -836,7 +836,8 @@ def drafter_reads(inventory: Inventory, config: StepConfig, ranks: int) -> Draft
 
     if config.drafter is not None:
         return config.drafter
-    return mtp_reads(inventory, ranks) if mechanism_of(config.draft_method) == "mtp" \
+    _, kv_bytes = kv_dtype_and_bytes(inventory, config.scenario(1))
+    return mtp_reads(inventory, ranks, kv_bytes) if mechanism_of(config.draft_method) == "mtp" \
         else no_weight_reads(config.draft_method)
 
 
