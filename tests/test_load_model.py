@@ -319,13 +319,28 @@ def test_a_bad_workload_is_one_line(bad):
 
 # ----------------------------------------------------------------------------- the rates table and its fit
 
+def _serving_script(name: str):
+    """benchmarks/serving/NAME.py under a name of its own (benchmarks/gpu_vllm has a fit.py too: whichever a test
+    imported first as `fit` would answer both)."""
+    import importlib.util
+
+    folder = REPO / "benchmarks" / "serving"
+    key = f"roofline_serving_{name}"
+    if key not in sys.modules:
+        sys.path.insert(0, str(folder))  # its own imports: points, predict
+        spec = importlib.util.spec_from_file_location(key, folder / f"{name}.py")
+        sys.modules[key] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
 def test_the_prefill_table_is_what_the_fit_wrote():
     """roofline/data/prefill.toml's fitted rows are benchmarks/serving/fit.json's figures (fit.py --table writes
     them, rounded to three figures): a hand edit of either shows here."""
     from roofline.data import load_table
 
-    sys.path.insert(0, str(REPO / "benchmarks" / "serving"))
-    from fit import scan_host_us, sustained
+    fit_script = _serving_script("fit")
+    scan_host_us, sustained = fit_script.scan_host_us, fit_script.sustained
 
     fit = {d["device"]: d for d in json.loads((REPO / "benchmarks" / "serving" / "fit.json").read_text())["devices"]}
     table = load_table("prefill")
@@ -357,9 +372,7 @@ def test_the_prefill_table_is_what_the_fit_wrote():
 def test_the_kernel_rates_are_what_the_kernel_runs_give():
     """benchmarks/serving/kernel_rates.json (which fit.py fixes the Hopper shares to) is what the recorded kernel
     timings (benchmarks/results/vllm_kernels) give, and fit.json's fixed coefficients are its figures."""
-    sys.path.insert(0, str(REPO / "benchmarks" / "serving"))
-    import kernel_rates
-    from fit import kernel_params
+    kernel_rates, kernel_params = _serving_script("kernel_rates"), _serving_script("fit").kernel_params
 
     recorded = json.loads((REPO / "benchmarks" / "serving" / "kernel_rates.json").read_text())
     assert kernel_rates.build() == recorded, "kernel_rates.json is stale: run benchmarks/serving/kernel_rates.py"

@@ -233,7 +233,7 @@ def kin(params: dict, free: list[str], fixed: dict) -> dict:
     if not fixed:
         return params
     scaled = sustained(params)
-    return params | {name: scaled[bf16] for name, bf16 in KIN.items() if name not in free}
+    return params | {name: scaled[bf16] for name, bf16 in KIN.items() if name not in free and name not in fixed}
 
 
 def carried(params: dict, free: list[str], measured: dict | None) -> dict:
