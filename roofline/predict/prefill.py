@@ -85,38 +85,34 @@ def prefill_rates(hardware: Hardware) -> PrefillRates:
                         prompt_independence=table["routing"]["prompt_independence"])
 
 
-def request_overhead_s(hardware: Hardware) -> tuple[float, str, str]:
-    """(seconds, kind, source) a request spends on the server's host outside the steps before its first token."""
-    table = load_table("prefill")["request"]
+def _host_figure(section: str, field: str, hardware: Hardware) -> tuple:
+    """(value, kind, source) of a host figure of prefill.toml [section]: a measured row for this hardware (or the
+    entry it was derived from), else for its host class, else the section's estimate by host class."""
+    table = load_table("prefill")[section]
     rows = table.get("measured", [])
     row = next((r for r in rows if r.get("hardware") in (hardware.key, hardware.derived_from)), None) or \
         next((r for r in rows if r.get("host") == hardware.host), None)
     if row:
-        return row["ms"] / 1e3, row["kind"], row["source"]
-    ms = table.get(hardware.host, table["unknown"])
-    return ms / 1e3, table["kind"], table["source"]
+        return row[field], row["kind"], row["source"]
+    return table.get(hardware.host, table["unknown"]), table["kind"], table["source"]
+
+
+def request_overhead_s(hardware: Hardware) -> tuple[float, str, str]:
+    """(seconds, kind, source) a request spends on the server's host outside the steps before its first token."""
+    ms, kind, source = _host_figure("request", "ms", hardware)
+    return ms / 1e3, kind, source
 
 
 def uncaptured_us_per_kernel(hardware: Hardware) -> tuple[float, str, str]:
     """(microseconds, kind, source) the host spends per compiled kernel of a step no CUDA graph covers."""
-    table = load_table("prefill")["uncaptured"]
-    row = next((r for r in table.get("measured", []) if r.get("hardware") in (hardware.key, hardware.derived_from)),
-               None) or next((r for r in table.get("measured", []) if r.get("host") == hardware.host), None)
-    if row:
-        return row["us"], row["kind"], row["source"]
-    return table.get(hardware.host, table["unknown"]), table["kind"], table["source"]
+    return _host_figure("uncaptured", "us", hardware)
 
 
 def scan_host_us_per_layer(hardware: Hardware) -> tuple[dict[str, float], str, str]:
     """({kind: microseconds}, kind, source) the host spends launching one recurrent layer's prompt kernels (the
     GDN / Mamba2 chunked scan, run outside vLLM's CUDA graphs), by host class."""
-    table = load_table("prefill")["scan_host"]
-    rows = table.get("measured", [])
-    row = next((r for r in rows if r.get("hardware") in (hardware.key, hardware.derived_from)), None) or \
-        next((r for r in rows if r.get("host") == hardware.host), None)
-    if row:
-        return dict(row["us"]), row["kind"], row["source"]
-    return dict(table.get(hardware.host, table["unknown"])), table["kind"], table["source"]
+    per_kind, kind, source = _host_figure("scan_host", "us", hardware)
+    return dict(per_kind), kind, source
 
 
 def piecewise_launches_per_attention_layer() -> float:
