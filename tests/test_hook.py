@@ -118,18 +118,13 @@ def next_capture(hook_checkpoints, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tp2(hook_checkpoints, tmp_path_factory):
+    """One TP=2 engine for every rank test (each engine costs the suite a minute): the hybrid, whose
+    attention, GDN, MoE and shared-expert layers cover column- and row-parallel, split and replicated
+    tensors, and vLLM's sharded loaders."""
     out = tmp_path_factory.mktemp("hook-tp2") / "capture.json"
-    proc = _cli_capture(hook_checkpoints / "qwen3_dense", out, "--tensor-parallel-size", "2",
+    proc = _cli_capture(hook_checkpoints / "qwen3_next", out, "--tensor-parallel-size", "2",
                         VLLM_CPU_OMP_THREADS_BIND="0|1")
-    return {"capture": out, "model": hook_checkpoints / "qwen3_dense", "stdout": proc.stdout}
-
-
-@pytest.fixture(scope="session")
-def next_tp2(hook_checkpoints, tmp_path_factory):
-    out = tmp_path_factory.mktemp("hook-next-tp2") / "capture.json"
-    _cli_capture(hook_checkpoints / "qwen3_next", out, "--tensor-parallel-size", "2",
-                 VLLM_CPU_OMP_THREADS_BIND="0|1")
-    return {"capture": out, "model": hook_checkpoints / "qwen3_next"}
+    return {"capture": out, "model": hook_checkpoints / "qwen3_next", "stdout": proc.stdout}
 
 
 @pytest.fixture(scope="session")
@@ -333,7 +328,7 @@ def test_plugin_entry_point_registered():
 
 # ---------------------------------------------------------------- TP=2, the capture CLI
 
-def test_tp2_ranks_add_up_to_the_whole(tp2, dense):
+def test_tp2_ranks_add_up_to_the_whole(tp2, next_capture):
     from roofline.sources.capture import rank_bytes
     capture = _capture(tp2["capture"])
     assert capture["world_size"] == 2 and [r["rank"] for r in capture["ranks"]] == [0, 1]
@@ -341,21 +336,21 @@ def test_tp2_ranks_add_up_to_the_whole(tp2, dense):
     assert "2 rank(s)" in tp2["stdout"]
     per_rank = rank_bytes(capture)
     whole = _live(tp2["capture"])
-    single = _live(dense["capture"])
-    # the merged TP=2 inventory is the TP=1 inventory, module by module
-    assert {m.name: m.nbytes for m in whole.modules} == {m.name: m.nbytes for m in single.modules}
-    assert whole.weight_bytes == _header(tp2["model"]).weight_bytes
-    # replicated tensors (norms) sit on both ranks: the ranks hold the whole plus one extra
+    assert whole.weight_bytes == _live(next_capture["capture"]).weight_bytes
+    # replicated tensors (norms, routers) sit on both ranks: the ranks hold the whole plus one extra
     # copy of them; everything else is split in half
     replicated = sum(m.nbytes for m in whole.modules if any("replicated" in n for n in m.notes))
     sharded = sum(m.nbytes for m in whole.modules if any("sharded" in n for n in m.notes))
     assert replicated > 0 and sharded > 0 and replicated + sharded == whole.weight_bytes
     assert sum(per_rank.values()) == whole.weight_bytes + replicated
     assert per_rank[0] == per_rank[1] == sharded // 2 + replicated
-    qkv0 = _modules(capture, 0)["model.layers.0.self_attn.qkv_proj"]["tensors"][0]
-    assert qkv0["shape"] == [128, 128] and qkv0["shard_dim"] == 0  # column-parallel: half the rows
-    down0 = _modules(capture, 0)["model.layers.0.mlp.down_proj"]["tensors"][0]
-    assert down0["shape"] == [128, 192] and down0["shard_dim"] == 1  # row-parallel: half the inputs
+    single, rank0 = _modules(_capture(next_capture["capture"])), _modules(capture, 0)
+    attention = next(n for n in rank0 if n.endswith("self_attn.qkv_proj"))
+    down = next(n for n in rank0 if n.endswith("shared_expert.down_proj"))
+    for name, dim in ((attention, 0), (down, 1)):  # column-parallel: half the rows; row-parallel: half the inputs
+        split, full = rank0[name]["tensors"][0], single[name]["tensors"][0]
+        assert split["shard_dim"] == dim and split["shape"][dim] * 2 == full["shape"][dim], (name, split, full)
+        assert split["shape"][1 - dim] == full["shape"][1 - dim]
 
 
 def test_doctor_reads_tensor_parallelism_from_a_tp2_capture(tp2):
@@ -448,13 +443,13 @@ def test_next_live_matches_header_audit(next_capture):
     assert conv.role == "conv1d" and any("re-laid-out" in n for n in conv.notes) == relaid
 
 
-def test_next_tp2_merges_to_the_single_rank_inventory(next_tp2, next_capture):
+def test_next_tp2_merges_to_the_single_rank_inventory(tp2, next_capture):
     """TP=2 on the hybrid: GDN projections, conv1d, shared experts and the routed experts are
     split; routers, shared_expert_gate and norms replicated; GDN A_log / dt_bias are split by
     vLLM's sharded_weight_loader (one value head per rank here). Merged, every module has the
     bytes of the TP=1 capture."""
     from roofline.sources.capture import rank_bytes
-    whole, single = _live(next_tp2["capture"]), _live(next_capture["capture"])
+    whole, single = _live(tp2["capture"]), _live(next_capture["capture"])
     assert {m.name: m.nbytes for m in whole.modules} == {m.name: m.nbytes for m in single.modules}
     by_name = whole.by_name()
     for name in ("model.layers.0.linear_attn.in_proj_qkvz", "model.layers.0.linear_attn.conv1d",
@@ -465,7 +460,7 @@ def test_next_tp2_merges_to_the_single_rank_inventory(next_tp2, next_capture):
                  "model.layers.0.input_layernorm"):
         assert any("replicated" in n for n in by_name[name].notes), name
     replicated = sum(m.nbytes for m in whole.modules if any("replicated" in n for n in m.notes))
-    assert sum(rank_bytes(_capture(next_tp2["capture"])).values()) == whole.weight_bytes + replicated
+    assert sum(rank_bytes(_capture(tp2["capture"])).values()) == whole.weight_bytes + replicated
 
 
 # ---------------------------------------------------------------- compressed-tensors FP8

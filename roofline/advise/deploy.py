@@ -48,15 +48,16 @@ def check(deployment: Deployment, inventory: Inventory, hardware: Hardware) -> D
 def deployed_inventory(inventory: Inventory, deployment: Deployment, draft: Inventory | None = None) -> Inventory:
     """The inventory vLLM holds for this deployment: quantized online where --quantization asks it of a
     BF16 checkpoint, the draft checkpoint's layers added as draft layers (read once per draft token),
-    the checkpoint's own MTP head left unloaded when the drafter is not MTP."""
+    the checkpoint's own MTP head left unloaded unless the drafter is MTP."""
     fmt = online_format(deployment, inventory)
     if fmt:
         inventory = simulate(inventory, fmt, get_recipe("vllm-online"))
         inventory = replace(inventory, quant=replace(inventory.quant, method=fmt, algo=f"{fmt.upper()} W8A8, online",
                                                      config_file=f"--quantization {fmt} (vLLM quantizes at load)"))
     spec = deployment.speculative
-    if spec and spec.method != "mtp":
-        # vLLM loads a model's MTP layers only for the mtp method
+    if not spec or spec.method != "mtp":
+        # vLLM loads a checkpoint's MTP layers only for the mtp method: the target model's loader skips them
+        # (deepseek_v2 / qwen3_next / nemotron_h load_weights), so they take no memory and no reads otherwise
         inventory = replace(inventory, modules=[m for m in inventory.modules if m.role != "mtp"])
     if spec and spec.reads_draft_checkpoint:
         if draft is None:

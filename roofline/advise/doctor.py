@@ -214,7 +214,8 @@ def break_even_acceptance(inventory: Inventory, hardware: Hardware, serving: Ser
     """The per-draft-token acceptance at which this server's speculation neither gains nor loses
     (roofline.predict.speculation.break_even)."""
     plain = predict(inventory, hardware, replace(serving, speculative_tokens=0, acceptance=0.0)).tok_s
-    return break_even(lambda a: predict(inventory, hardware, replace(serving, acceptance=a)).tok_s, plain)
+    return break_even(lambda a: predict(inventory, hardware, replace(serving, acceptance=a)).tok_s, plain,
+                      serving.speculative_tokens)
 
 
 def _speculation(inventory: Inventory, serving: Serving, ctx: Context) -> list[Fix]:

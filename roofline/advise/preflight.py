@@ -175,6 +175,7 @@ def preflight(inventory: Inventory, deployment: Deployment, hardware: Hardware, 
         base = step_config(deployment, deployed, hardware, batch=1, context=priced.capacity.context,
                            acceptance_rate=workload.acceptance_rate, routing=workload.routing)
         plain = price_step(deployed, hardware, replace(base, speculative_tokens=0)).tok_s
-        even = break_even(lambda a: price_step(deployed, hardware, replace(base, acceptance_rate=a)).tok_s, plain)
+        even = break_even(lambda a: price_step(deployed, hardware, replace(base, acceptance_rate=a)).tok_s, plain,
+                          spec.tokens)
         out.break_even_acceptance = None if even is None else vllm_acceptance_rate(even, spec.tokens)
     return out

@@ -383,7 +383,7 @@ def _priced_options(sim: Inventory, hardware: Hardware, config: StepConfig, tok_
     if sim.shape.mtp_layers and not config.speculative_tokens:
         draft = json.loads(spec["config"])["num_speculative_tokens"]
         even = break_even(lambda a: price_step(sim, hardware, replace(config, speculative_tokens=draft,
-                                                                      acceptance_rate=a)).tok_s, tok_s)
+                                                                      acceptance_rate=a)).tok_s, tok_s, draft)
         if even is None:
             out.append(spec["reason_never"].format(config=spec["config"], streams=_streams(n)))
         else:

@@ -95,6 +95,23 @@ def recurrent_state_dtype(architectures: list, cfg: dict, model_dtype: str) -> s
     return model_dtype
 
 
+# NemotronH's block kinds: the symbols of hybrid_override_pattern (M = Mamba2, * = attention, - = MLP, E = MoE)
+# and the names newer exports list in layers_block_type / mtp_layers_block_type instead
+NEMOTRON_BLOCKS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+
+
+def nemotron_pattern(cfg: dict, pattern_key: str, list_key: str) -> str:
+    """A NemotronH stack as its pattern string, from the string or from the list of block names ('' if
+    neither); a name the table does not know is kept as '?' (no kind roofline prices)."""
+    pattern = cfg.get(pattern_key)
+    if isinstance(pattern, str) and pattern:
+        return pattern
+    blocks = cfg.get(list_key)
+    if isinstance(blocks, list) and blocks:
+        return "".join(NEMOTRON_BLOCKS.get(str(b).lower(), "?") for b in blocks)
+    return ""
+
+
 def _layer_types(cfg: dict, num_layers: int) -> list[str]:
     """Per-layer kind: 'full_attention', 'sliding_attention', 'linear_attention', 'mamba',
     or 'mlp' (a layer with no token mixer, NemotronH '-' / 'E')."""
@@ -106,9 +123,8 @@ def _layer_types(cfg: dict, num_layers: int) -> list[str]:
             types = None
     if isinstance(types, list) and len(types) >= num_layers:
         return [str(t) for t in types[:num_layers]]
-    pattern = cfg.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:
-        # NemotronH: M = Mamba2, * = attention, - = MLP, E = MoE
+    pattern = nemotron_pattern(cfg, "hybrid_override_pattern", "layers_block_type")
+    if pattern:
         kinds = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "mlp"}
         return [kinds.get(ch, "mlp") for ch in pattern[:num_layers]]
     interval = config_int(cfg, "full_attention_interval")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .architecture import config_int, shape_from_config, text_config
+from .architecture import config_int, nemotron_pattern, shape_from_config, text_config
 from .formats import dtype_nbytes
 from .inventory import Tensor
 from .roles import NOT_READ_IN_TEXT_DECODE, classify
@@ -30,8 +30,11 @@ def add_mtp(config: dict, skeleton: Skeleton) -> None:
     plus `mtp.fc` [H, 2H] and the `mtp.pre_fc_norm_*` / `mtp.norm` norms (vLLM qwen3_next_mtp.py).
     DeepSeek-V3: `model.layers.{L+i}.*` is one MoE decoder layer plus `eh_proj` [H, 2H],
     `enorm`, `hnorm` and `shared_head.norm` (vLLM deepseek_mtp.py); the shared embedding and
-    head are not stored again. The decoder layer is copied from the model's last layer of the
-    same kind, so its bytes are right to the extent the layers are alike.
+    head are not stored again. NemotronH (Nemotron-3-Super): `mtp.layers.{j}.*`, one block per symbol
+    of mtp_hybrid_override_pattern (or mtp_layers_block_type), e.g. "*E" an attention block then a MoE
+    block, the first with `eh_proj`, `enorm`, `hnorm`, the last with `final_layernorm` (vLLM
+    nemotron_h_mtp.py). Each decoder layer is copied from the model's last layer of the same kind, so
+    its bytes are right to the extent the layers are alike.
     """
     cfg = text_config(config)
     model_type = str(cfg.get("model_type") or config.get("model_type") or "")
@@ -72,6 +75,24 @@ def add_mtp(config: dict, skeleton: Skeleton) -> None:
             tensors += [mat(base + "eh_proj.weight", hidden, 2 * hidden), vec(base + "enorm.weight", hidden),
                         vec(base + "hnorm.weight", hidden), vec(base + "shared_head.norm.weight", hidden)]
             linear.add(base + "eh_proj.weight")
+    elif model_type.startswith("nemotron_h"):
+        blocks = nemotron_pattern(cfg, "mtp_hybrid_override_pattern", "mtp_layers_block_type") or "*"
+        moe = [k for k, ts in by_layer.items() if any(".experts." in t.name for t in ts)]
+        kinds = {"*": attention_layers, "E": moe, "M": [r.layer for r in shape.recurrent],
+                 "-": [k for k in by_layer if k not in moe and k not in attention_layers]}
+        for i in range(layers * len(blocks)):
+            symbol = blocks[i % len(blocks)]
+            if not kinds.get(symbol):
+                continue  # no layer of that kind to copy (vLLM refuses such a pattern: preflight says so)
+            source = max(kinds[symbol])
+            base = f"mtp.layers.{i}."
+            tensors += copy_layer(by_layer[source], f"{prefix}layers.{source}.", base, linear)
+            if i % len(blocks) == 0:
+                tensors += [mat(base + "eh_proj.weight", hidden, 2 * hidden), vec(base + "enorm.weight", hidden),
+                            vec(base + "hnorm.weight", hidden)]
+                linear.add(base + "eh_proj.weight")
+            if i % len(blocks) == len(blocks) - 1:
+                tensors.append(vec(base + "final_layernorm.weight", hidden))
     elif model_type.startswith("qwen3_next") or model_type.startswith("qwen3_5"):
         for i in range(layers):
             tensors += copy_layer(template, marker, f"mtp.layers.{i}.", linear)

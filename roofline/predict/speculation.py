@@ -56,12 +56,25 @@ def vllm_acceptance_rate(per_token: float, draft_tokens: int) -> float:
     return accepted_tokens(per_token, draft_tokens) / draft_tokens
 
 
-def break_even(tok_s_at: Callable[[float], float], plain_tok_s: float) -> float | None:
+def break_even(tok_s_at: Callable[[float], float], plain_tok_s: float, draft_tokens: int | None = None) -> float | None:
     """The per-token acceptance at which speculation neither gains nor loses against `plain_tok_s`
     (`tok_s_at(a)`: tok/s with speculation at per-token chance a); 0.0 when it gains at any
-    acceptance (a draft that reads no weights), None when it never pays."""
-    def gain(a: float) -> float:
-        return tok_s_at(a) - plain_tok_s
+    acceptance (a draft that reads no weights), None when it never pays.
+
+    With `draft_tokens` given, a step whose time does not move with the acceptance (the step model's: the
+    verify and the drafts are the same work whatever is accepted) is solved on tok/s = tok/s(0) x (1 + a + ...
+    + a^n), checked at three acceptances first; otherwise, or when the check fails, by pricing each probe."""
+    rate = tok_s_at
+    if draft_tokens:
+        at = {a: tok_s_at(a) for a in (0.0, 0.5, 0.999)}
+
+        def proportional(a: float) -> float:
+            return at[0.0] * (1.0 + accepted_tokens(a, draft_tokens))
+        if all(abs(proportional(a) - value) <= 1e-9 * max(abs(value), 1.0) for a, value in at.items()):
+            rate = proportional
+
+    def gain(a: float) -> float:  # the probe, on the closed form when it holds
+        return rate(a) - plain_tok_s
     if gain(0.0) >= 0:
         return 0.0
     if gain(0.999) < 0:
