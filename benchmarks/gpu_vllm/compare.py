@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parent.parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "vllm_h200"
 # start-up only (one short decode each): the activation peak of hybrids and a dense model at other token budgets
 ACTIVATION = REPO / "benchmarks" / "results" / "vllm_h200_activation"
+# start-up only: DeepSeek-V3 (MLA, 256 experts) at 2048-16384 batched tokens, hybrids with an FP8 KV cache
+STARTUP = REPO / "benchmarks" / "results" / "vllm_h200_startup"
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -36,6 +38,8 @@ def engine_from_log(log: Path) -> dict:
 def compared(folder: Path = RESULTS) -> tuple[list, list]:
     """(decode rows, KV rows): every result beside the step model's and capacity's figures for it."""
     from roofline.advise.capacity import Request, capacity
+    from roofline.advise.deploy import deployed_inventory
+    from roofline.predict.deployment import Deployment
     from roofline.predict.hardware import get_hardware
     from roofline.predict.step import StepConfig, price_step
 
@@ -53,12 +57,15 @@ def compared(folder: Path = RESULTS) -> tuple[list, list]:
         startup = result.get("startup") or {}
         engine = result.get("engine") or engine_from_log(path.with_suffix(".log"))
         if "kv_tokens" in startup and result["decode"][0]["context"] <= 1024:
+            kv_dtype = result.get("kv_cache_dtype") or "auto"
             request = Request(max_model_len=result["max_model_len"], max_num_seqs=max(r["batch"] for r in result["decode"]),
                               max_num_batched_tokens=engine.get("max_num_batched_tokens"),
-                              enforce_eager=result["mode"] == "eager",
+                              enforce_eager=result["mode"] == "eager", kv_cache_dtype=kv_dtype,
                               prefix_caching=False)  # the probe runs vLLM with enable_prefix_caching=False
             try:
-                ours = capacity(inventory, hardware, request)
+                # what vLLM holds for the run's deployment, as the commands price it (no MTP layers without mtp)
+                held = deployed_inventory(inventory, Deployment(kv_cache_dtype=kv_dtype))
+                ours = capacity(held, hardware, request)
                 terms = {t.name: t.bytes / 2**30 for t in ours.memory_terms}
                 kv_rows.append((path.stem, startup["kv_tokens"], ours.kv.tokens, startup, terms))
             except Exception as exc:  # noqa: BLE001 - a refusal is a row too
@@ -86,6 +93,9 @@ def main() -> int:
     print()
     print("the same at other token budgets (max_num_batched_tokens in the name; 'default': vLLM's, 4096 here)")
     print_kv(compared(ACTIVATION)[1])
+    print()
+    print("MLA and 256 experts at 2048-16384 batched tokens (t<N> in the name), hybrids with an FP8 KV cache")
+    print_kv(compared(STARTUP)[1])
     return 0
 
 

@@ -239,13 +239,39 @@ def platform_layout(hardware: Hardware, mla: bool = False) -> KVLayout:
     return KVLayout(entry["default_block_size"], entry["kernel_block"])
 
 
-def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int) -> float:
+# vLLM's MLA profile run allocates the up-projected context of its chunked-prefill workspace (mla_attention.py:
+# "simulate the worst case output size for kv_b_proj(kv_c_normed)"): workspace rows = min(max(8 x max_model_len,
+# 4 x max_num_seqs x block size), 64k tokens) (MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size)
+MLA_WORKSPACE_PER_MODEL_LEN = 8
+MLA_WORKSPACE_PAGES_PER_SEQ = 4
+MLA_WORKSPACE_MAX_TOKENS = 64 * 1024
+
+
+def mla_profile_bytes(cfg: dict, tokens: int, seqs: int, max_model_len: int, block: int, dtype: float) -> float:
+    """An MLA model's peak at its attention in vLLM's profile run: the workspace's up-projected context (rows x
+    heads x (qk_nope + v) head dims) beside the step's query (heads x (qk_nope + qk_rope)) and residual stream; 0
+    for a model without MLA."""
+    if not config_int(cfg, "kv_lora_rank"):
+        return 0.0
+    heads = config_int(cfg, "num_attention_heads")
+    nope, rope = config_int(cfg, "qk_nope_head_dim"), config_int(cfg, "qk_rope_head_dim")
+    value = config_int(cfg, "v_head_dim", default=nope)
+    rows = min(max(MLA_WORKSPACE_PER_MODEL_LEN * max_model_len, MLA_WORKSPACE_PAGES_PER_SEQ * seqs * block),
+               MLA_WORKSPACE_MAX_TOKENS)
+    hidden = config_int(cfg, "hidden_size")
+    return (rows * heads * (nope + value) + tokens * (heads * (nope + rope) + 3 * hidden)) * dtype
+
+
+def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int, max_model_len: int = 0,
+                          block: int = 0) -> float:
     """Estimate of vLLM's profiling-run activation peak: `tokens` tokens through the widest workspace of
     one layer at the model dtype (a gated MLP's gate_up output and activation, 3 x intermediate; the
-    Triton fused-MoE caches, top-k x (gate_up width + intermediate + hidden); the q/k/v projection's
+    modular fused MoE's two workspaces, top-k x (max(intermediate, hidden) + max(gate_up width, hidden)), and
+    the layer's and a shared expert's outputs; the q/k/v projection's
     output) beside the residual stream (3 x hidden), plus the sampler's fp32 logits for `seqs`
-    sequences. Against vLLM 0.26.0's own profile on the H200 (benchmarks/results/vllm_h200): within
-    0.05 GiB on dense models, -0.65..+0.5 GiB on MoE and hybrid ones, -1.65 GiB on MLA."""
+    sequences; an MLA model's profile-run workspace where it is the wider (mla_profile_bytes, given the
+    max_model_len and KV block). Against vLLM 0.26.0's own profile on the H200 (benchmarks/results/vllm_h200,
+    vllm_h200_startup): within 0.05 GiB on dense models, -0.65..+0.5 GiB on MoE and hybrid ones."""
     cfg = text_config(inventory.config)
     shape = inventory.shape
     hidden = shape.hidden_size
@@ -259,7 +285,11 @@ def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int) -> float
         layer = experts[0].layer
         per_expert = sum(m.params for m in experts if m.layer == layer) / max(shape.num_experts, 1)
         gated = per_expert > 2.5 * hidden * expert_inter  # gate, up, down (3) or up, down (2: relu^2)
-        widths.append(max(shape.experts_per_token, 1) * ((2 if gated else 1) * expert_inter + expert_inter + hidden))
+        # vLLM's modular fused MoE (TritonExperts.workspace_shapes): workspace1 (M, top-k, max(inter, hidden)) and
+        # workspace2 (M, top-k, max(gate_up width, hidden)), the experts' output reusing workspace1 in one chunk;
+        # beside them the layer's output and a shared expert's, (M, hidden) each
+        widths.append(max(shape.experts_per_token, 1) * (max(expert_inter, hidden)
+                                                         + max((2 if gated else 1) * expert_inter, hidden)) + 2 * hidden)
     heads = config_int(cfg, "num_attention_heads", default=0)
     if heads:
         kv_heads = config_int(cfg, "num_key_value_heads", default=heads)
@@ -269,8 +299,9 @@ def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int) -> float
     # a hybrid's recurrent mixer keeps its own workspace beside the widest of the rest: vLLM measures the
     # caching allocator's peak, whose blocks of one layer kind do not serve the other's shapes
     recurrent = recurrent_workspace_bytes(cfg, {r.kind for r in shape.recurrent}, dtype)
-    return tokens * ((max(widths, default=4 * hidden) + 3 * hidden) * dtype + recurrent) \
-        + seqs * shape.vocab_size * 4
+    widest = max(tokens * (max(widths, default=4 * hidden) + 3 * hidden) * dtype,
+                 mla_profile_bytes(cfg, tokens, seqs, max_model_len, block, dtype))
+    return widest + tokens * recurrent + seqs * shape.vocab_size * 4
 
 
 # the chunk of the Gated DeltaNet prefill kernels (fla's chunked delta rule in vLLM 0.26): one fp32 state per
@@ -330,7 +361,9 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
                         "checkpoint", "the checkpoint's tensors (audit)" if weights_per_rank is None else
                         f"the fullest rank's share of the checkpoint's tensors ({tp} tensor-parallel ranks; "
                         f"replicated ones whole)"),
-             MemoryTerm("activation_peak", activation_peak_bytes(inventory, tokens, seqs), "estimate",
+             MemoryTerm("activation_peak", activation_peak_bytes(
+                 inventory, tokens, seqs, request.max_model_len,
+                 request.block_size or platform_layout(hardware, mla=True).default_block_size), "estimate",
                         f"{tokens} batched tokens x one layer's widest workspace and the residual stream + "
                         f"{seqs} x vocab fp32 logits (vLLM measures it in its profiling run)"),
              MemoryTerm("non_torch", mem["non_torch_gib"] * GIB if hardware.host != "cpu" else 0.0,
