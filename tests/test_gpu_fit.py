@@ -210,3 +210,33 @@ def test_capacity_gives_vllms_kv_tokens_on_the_h200():
     eager = {name: ours for name, _, ours, _, _ in kv_rows if name.startswith("llama8b-eager")}
     graphs = {name: ours for name, _, ours, _, _ in kv_rows if name.startswith("llama8b-graphs")}
     assert min(eager.values()) > max(graphs.values())  # no CUDA-graph pool under --enforce-eager
+
+
+def test_gpt_oss_on_hopper_runs_triton_kernels_and_its_eager_python():
+    """vLLM 0.26 runs gpt-oss's MXFP4 experts on Hopper with triton_kernels' matmul_ogs, not Marlin: the profiled
+    H200 steps launch its seven kernels per layer (benchmarks/results/vllm_h200_gptoss), and under --enforce-eager
+    its Python makes the step 47.9 ms for 465 kernels (103 us each, three times a dense model's), the figure the
+    layer's Python is taken from. The H100 box's eager steps (another host, measured the day before) come out up
+    to 40% slower than priced: the host's own speed, as for every eager class."""
+    from roofline.predict.backends import default_backend
+    from roofline.predict.step import StepConfig, price_step
+
+    runs = ROOT / "benchmarks" / "results"
+    inventory = load_inventory(str(ROOT / "tests" / "reference_configs" / "openai__gpt-oss-20b"))
+    h200 = get_hardware("h200")
+    backend = default_backend("mxfp4", h200)
+    assert backend.moe_backend == "triton" and default_backend("mxfp4", get_hardware("gb10")).moe_backend == "marlin"
+    profiled = json.loads((runs / "vllm_h200_gptoss" / "gptoss20b-eager-prof.json").read_text())
+    names = [k["name"] for k in profiled["profiles"][0]["top_kernels"] if k["per_step"] == 24]
+    moe_kernels = [n for n in names if n.startswith(("_matmul_ogs", "_combined_routing", "_topk_forward",
+                                                     "_sum_bitmatrix", "_reduce_grouped"))]
+    counts = estimate_kernels(inventory, backend.linear_backend, backend.moe_backend)
+    per_layer = sum(c.kernels for c in counts.counts if c.role == "moe_experts") / inventory.shape.num_layers
+    assert per_layer == len(moe_kernels) == 7
+    eager = price_step(inventory, h200, StepConfig(batch=1, context=1024, graphs=False)).step_ms
+    assert eager == pytest.approx(profiled["decode"][0]["step_ms"], rel=0.05)
+    # the H100 box's host was slower: 60-78 ms a step (66.7 at batch 1), 30% above the H200 host's price
+    h100 = get_hardware("h100-sxm")
+    for row in json.loads((runs / "vllm_h100_gptoss" / "gptoss20b-eager.json").read_text())["decode"]:
+        priced = price_step(inventory, h100, StepConfig(batch=row["batch"], context=row["context"], graphs=False))
+        assert -0.4 < priced.step_ms / row["step_ms"] - 1 < 0, (row, priced.step_ms)

@@ -131,11 +131,12 @@ def estimate_kernels(inventory: Inventory, backend: str | None = None, moe_backe
 
 def _count(layer, role, backend, entry: dict, times: float = 1.0, source: str | None = None,
            python: dict | None = None) -> KernelCount:
-    """A table entry's kernels (graphs) and eager kernels, `times` over, with the host's Python of a
-    kernels.toml [python.*] entry where the layer kind has one."""
+    """A table entry's kernels (graphs) and eager kernels, `times` over, with the host's Python of the entry's
+    own eager_host_equiv, else of a kernels.toml [python.*] entry where the layer kind has one."""
     eager = entry.get("eager_kernels", entry["kernels"])
+    host_equiv = entry.get("eager_host_equiv", python["eager_host_equiv"] if python else 0.0)  # the entry's own first
     return KernelCount(layer, role, backend, times * entry["kernels"], source or entry["source"],
-                       eager_kernels=times * eager, host_equiv=python["eager_host_equiv"] if python else 0.0)
+                       eager_kernels=times * eager, host_equiv=host_equiv)
 
 
 def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None) -> KernelProfile:
