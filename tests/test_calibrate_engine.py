@@ -20,8 +20,14 @@ ROOT = Path(__file__).resolve().parent.parent
 QWEN3_06B = ROOT / "roofline" / "data" / "engine_models" / "qwen3-0.6b"
 
 
-def cli(env, *args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "roofline.cli", *args], capture_output=True, text=True,
+LOCK = "/tmp/roofline-vllm.lock"  # the suite's one-engine-at-a-time lock (tests/vllm_server.py)
+
+
+def cli(env, *args, timeout=900, locked=False):
+    """roofline's CLI; `locked`: under the suite's engine lock, so that the timed vLLM steps do not share the
+    two cores with another engine (beside one, the live fit saw its steps disagree and was refused)."""
+    command = [sys.executable, "-m", "roofline.cli", *args]
+    return subprocess.run(["flock", LOCK, *command] if locked else command, capture_output=True, text=True,
                           env=env, timeout=timeout)
 
 
@@ -33,7 +39,7 @@ def calibrated(tmp_path_factory):
     # timed run prefills its batch again, and on a 2-core host whose CPU lacks AVX-512 (vLLM-CPU falls back to
     # torch's GEMMs there) 256-token prompts made this ~10 minutes of prefill the fit does not use
     done = cli(env, "calibrate", "--engine", "vllm", "--device", "cpu", "--size-mb", "64", "--repetitions", "3",
-               "--context", "32", "--save", "cpu-vllm", "--json", timeout=1700)
+               "--context", "32", "--save", "cpu-vllm", "--json", timeout=1700, locked=True)
     if done.returncode == 1 and "fit refused, nothing saved" in done.stderr:
         # a machine busy with other work can time steps no coefficient reconciles (issue #36): the pipeline
         # then ends in one line and writes nothing, which is what is checked here; the entry's tests need a fit

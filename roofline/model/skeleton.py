@@ -78,8 +78,9 @@ def add_mtp(config: dict, skeleton: Skeleton) -> None:
     elif model_type.startswith("nemotron_h"):
         blocks = nemotron_pattern(cfg, "mtp_hybrid_override_pattern", "mtp_layers_block_type") or "*"
         moe = [k for k, ts in by_layer.items() if any(".experts." in t.name for t in ts)]
-        kinds = {"*": attention_layers, "E": moe, "M": [r.layer for r in shape.recurrent],
-                 "-": [k for k in by_layer if k not in moe and k not in attention_layers]}
+        mamba = [r.layer for r in shape.recurrent]
+        kinds = {"*": attention_layers, "E": moe, "M": mamba,
+                 "-": [k for k in by_layer if k not in moe and k not in attention_layers and k not in mamba]}
         for i in range(layers * len(blocks)):
             symbol = blocks[i % len(blocks)]
             if not kinds.get(symbol):
