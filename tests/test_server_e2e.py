@@ -2,7 +2,8 @@
 server, `roofline bench` it, `roofline validate` the measurement against the ceiling the calibrated
 bandwidth and the audit of the same checkpoint predict, read vLLM's own `vllm bench serve` results
 (a single stream, and an open-loop run at a request rate with its detailed requests, the real client),
-and `roofline doctor` the server's latency under the load it has served.
+and `roofline doctor` the server's latency under the load it has served; doctor without the plugin (the
+checkpoint from the path the server loaded, vLLM's default KV dtype), and the server dying under doctor.
 
 The checkpoint is a small random Qwen3 (transformers + a real tokenizers tokenizer) sized so that
 the weights one token reads are three times this CPU's last-level cache (164 MB with 4 layers on a
@@ -20,8 +21,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -29,7 +33,7 @@ from vllm_server import vllm_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-MAX_TOKENS = 128
+MAX_TOKENS = 64
 
 CONFIG = dict(vocab_size=32768, hidden_size=1024, intermediate_size=3072, num_hidden_layers=4,
               num_attention_heads=16, num_key_value_heads=4, head_dim=64, max_position_embeddings=2048,
@@ -124,6 +128,33 @@ def run_vllm_bench_serve_at_a_rate(url: str, model_dir: Path, out_dir: Path) -> 
     return out_dir / "rate-2.json"
 
 
+def host_takes_fp8_kv() -> bool:
+    """vLLM-CPU's fp8 KV cache needs AVX-512 or AMX ("FP8 KV cache on CPU requires x86 with AVX-512 or
+    AMX"): on other hosts doctor offers no fp8 KV."""
+    from roofline.predict.deployment import CPU_FP8_KV_FLAGS
+    from roofline.sources.host import cpu_flags
+
+    return bool(CPU_FP8_KV_FLAGS & cpu_flags())
+
+
+def server_dies_under_doctor(server, env: dict) -> tuple[int, str, str]:
+    """`roofline doctor --url` running while the server is killed once a request is in flight."""
+    running = subprocess.Popen([sys.executable, "-m", "roofline.cli", "doctor", "--url", server.url, "--runs", "40",
+                                "--max-tokens", "256", "--hardware", "e2e-cpu", "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(server.url.removesuffix("/v1") + "/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        if re.search(r'^vllm:num_requests_running\{[^}]*\} [1-9]', text, re.M):
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    server.stop()
+    out, err = running.communicate(timeout=300)
+    return running.returncode, out, err
+
+
 def test_bench_and_validate_against_vllm(tmp_path, capsys):
     llc = last_level_cache_bytes()
     model_dir = make_checkpoint(tmp_path / "e2e-qwen3", sized_config(llc))
@@ -156,6 +187,34 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
         rate_result = run_vllm_bench_serve_at_a_rate(url, model_dir, tmp_path / "vllm-rate")
         diagnosis = json.loads(roofline("doctor", str(model_dir), "--url", url, "--hardware", "e2e-cpu",
                                         "--runs", "1", "--max-tokens", "16", "--json", env=env).stdout)
+        # 3d. the server dies while doctor measures: exit 3, the diagnosis so far still printed
+        dying = server_dies_under_doctor(server, env)
+
+    # 4a. doctor without the plugin, on vLLM's default KV dtype: the checkpoint found from the path the server says it
+    # loaded, the graph mode named as unseen, and the fp8 KV cache offered exactly when the audit of the same
+    # checkpoint at the measured context says it buys doctor's least gain (and never where this host refuses it)
+    assert diagnosis["server"]["kv_cache_dtype"] == "auto" and diagnosis["server"]["graph_mode"] is None
+    assert diagnosis["inventory_source"].startswith(f"checkpoint {model_dir}")
+    assert any(line.startswith("graph mode") for line in diagnosis["unseen"])
+    kv = next((c for c in diagnosis["causes"] if c["id"] == "kv_cache_dtype"), None)
+    context = str(diagnosis["serving_modelled"]["context"])
+    audit = {dtype: json.loads(roofline("audit", str(model_dir), "--hardware", "e2e-cpu", "--kv-cache-dtype", dtype,
+                                        "--context", context, "--json", env=env).stdout)["expected_tok_s"]
+             for dtype in ("auto", "fp8")}
+    assert audit["auto"] == pytest.approx(diagnosis["predicted_tok_s"], rel=1e-9)
+    from roofline.predict.verdict import min_gain
+
+    if host_takes_fp8_kv() and audit["fp8"] - audit["auto"] >= min_gain(audit["auto"]):
+        assert kv["alone_gain_tok_s"] == pytest.approx(audit["fp8"] - audit["auto"], rel=1e-9)
+        assert "cache_dtype=auto" in kv["evidence"]
+    else:  # too small a gain at this context, or vLLM-CPU would refuse it here: no fix offered
+        assert kv is None, kv
+    returncode, out, err = dying
+    assert returncode == 3, err
+    partial = json.loads(out)
+    assert partial["server"]["model"] == "e2e-qwen3" and partial["predicted_tok_s"] > 0
+    assert partial["problems"] and "Traceback" not in err
+    assert all(line.startswith("partial: ") for line in err.strip().splitlines()), err
 
     bench = json.loads(bench_json.read_text())
     assert bench["model"] == "e2e-qwen3" and bench["server_version"]

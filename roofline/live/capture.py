@@ -30,6 +30,7 @@ from .child import module_command
 
 ENV = "ROOFLINE_CAPTURE"  # the plugin's switch (roofline/hooks/plugin.py)
 PLUGIN_NAME = "roofline_capture"
+WROTE = "roofline capture: rank "  # the line the plugin logs after writing a rank's record (hooks/plugin.py)
 
 
 @dataclass
@@ -60,7 +61,8 @@ def run_capture(model: str, vllm_args: list[str], out: str, *, timeout: float = 
         child_env = dict(os.environ if env is None else env)
         child_env[ENV] = target
         command = module_command("roofline.live.capture", [model, *vllm_args], python)
-        tail = _run_child(command, child_env, timeout, verbose, os.path.join(work, "vllm.log"))
+        tail = _run_child(command, child_env, timeout, verbose, os.path.join(work, "vllm.log"),
+                          done=lambda: _complete(target))
         if not os.path.isfile(target) and not any(n.startswith("capture.rank") for n in os.listdir(work)):
             raise RooflineError("vLLM loaded the model but the roofline plugin wrote nothing "
                                 f"(is roofline installed in the same environment as vLLM, and is "
@@ -75,8 +77,22 @@ def run_capture(model: str, vllm_args: list[str], out: str, *, timeout: float = 
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run_child(command: list[str], env: dict, timeout: float, verbose: bool, log_path: str) -> deque:
+def _complete(target: str) -> bool:
+    """Every rank's record is merged into `target` (the plugin writes it atomically)."""
+    try:
+        with open(target, encoding="utf-8") as fh:
+            return json.load(fh).get("complete") is True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _run_child(command: list[str], env: dict, timeout: float, verbose: bool, log_path: str,
+               done=lambda: False) -> deque:
+    """Run vLLM until it exits, or until `done()` once the plugin says a rank wrote its record: the capture is
+    what the weights' load left, so the engine is stopped there, before vLLM compiles, captures CUDA graphs and
+    sizes its KV cache (minutes on a GPU) only to be shut down."""
     tail: deque = deque(maxlen=25)
+    finished = False
     with open(log_path, "w") as log:
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace", start_new_session=True)
@@ -97,6 +113,10 @@ def _run_child(command: list[str], env: dict, timeout: float, verbose: bool, log
                 log.write(line)
                 if verbose:
                     sys.stderr.write(line)
+                if WROTE in line and done():
+                    finished = True
+                    _kill_group(proc)
+                    break
             proc.wait()
         except BaseException:
             _kill_group(proc)
@@ -105,7 +125,7 @@ def _run_child(command: list[str], env: dict, timeout: float, verbose: bool, log
             watchdog.cancel()
     if expired.is_set():
         raise RooflineError(f"vLLM did not finish loading within {timeout:.0f} s" + _tail_text(tail))
-    if proc.returncode != 0:
+    if proc.returncode != 0 and not finished:
         kept = _keep_log(log_path)
         cause = root_cause(log_path)
         where = f" (vLLM's whole log: {kept})" if kept else ""
@@ -304,7 +324,11 @@ def _child(argv: list[str]) -> int:
         print(f"error: cannot import vLLM ({exc})", file=sys.stderr)
         return 2
     model, args = argv[0], argv[1:]
-    args = [*capture_defaults(model, args), *args]  # the user's own engine args come last and win
+    defaults = capture_defaults(model, args)
+    if defaults:  # roofline's own choices only: the user's args may hold a token
+        print(f"roofline capture: vLLM engine args: {' '.join(defaults)} (what the command line did not set)",
+              file=sys.stderr, flush=True)
+    args = [*defaults, *args]  # the user's own engine args come last and win
     parser = EngineArgs.add_cli_args(FlexibleArgumentParser(prog="roofline capture"))
     namespace = parser.parse_args(["--model", model, *args])
     engine_args = EngineArgs.from_cli_args(namespace)
