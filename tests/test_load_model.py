@@ -117,8 +117,9 @@ def test_attention_of_narrow_heads_and_windows_reaches_its_own_share():
                             rates.attention_share(64, True, 8192))
     assert window < narrow < wide <= rates.attention
     assert rates.attention_share(128, False, 512) < 0.5 * wide  # a short chunk's attention: few tiles
-    gb10 = prefill_rates(get_hardware("gb10"))  # no kernel of its own: one attention share, fitted
-    assert gb10.attention_share(64, True, 8192) == gb10.attention_share(128, False, 8192)
+    gb10 = prefill_rates(get_hardware("gb10"))  # the H200's kernels x one tensor-core factor: the same ratios
+    assert gb10.attention_share(64, True, 8192) / gb10.attention_share(128, False, 8192) == \
+        pytest.approx(window / wide, rel=1e-2)
 
 
 def test_causal_attention_makes_later_chunks_dearer(inventories):
@@ -363,6 +364,22 @@ def test_the_prefill_table_is_what_the_fit_wrote():
     assert hosts["gb10"]["ms"] == pytest.approx(fit["gb10"]["all"]["request_ms"], rel=5e-3)
     assert table["routing"]["prompt_independence"] == pytest.approx(fit["gb10"]["all"]["prompt_independence"],
                                                                      rel=5e-3)
+    # GB10's shares are the H200's measured ones x its two fitted factors (tensor-core kernels, Marlin's), its ramps
+    # the H200's with Marlin's own for its weight-only kernels: no GB10 share is a coefficient of its own
+    factors, h200 = fit["gb10"]["params"], sustained(fit["h200"]["all"])
+    assert set(fit["gb10"]["free"]) == {"tensor_factor", "marlin_factor", "request_ms", "prompt_independence",
+                                        "uncaptured_us"}
+    gb10 = rows["gb10"]
+    for kind, sub, factor in (("gemm", "bf16", "tensor_factor"), ("moe", "bf16", "tensor_factor"),
+                              ("attention", "", "tensor_factor"), ("scan", "gdn", "tensor_factor"),
+                              ("weight_only", "", "marlin_factor"), ("moe_weight_only", "nvfp4", "marlin_factor")):
+        measured = h200[f"{kind}.{sub}" if sub else kind]
+        got = gb10[kind][sub] if sub else gb10[kind]
+        assert got == pytest.approx(measured * factors[factor], rel=1e-2), (kind, sub)
+    assert gb10["moe_weight_only"]["mxfp4"] == gb10["moe_weight_only"]["nvfp4"]  # Marlin's MoE runs both there
+    marlin = json.loads((REPO / "benchmarks" / "serving" / "kernel_rates.json").read_text())["rates"]
+    assert gb10["ramp_tokens"]["moe_mxfp4"] == pytest.approx(marlin["moe.nvfp4-marlin"]["ramp_tokens"], rel=5e-3)
+    assert "moe_nvfp4" not in rows["h200"]["ramp_tokens"]
     # a hybrid layer's host time: the scans' measured wrapper x the mixer scale the H200's first tokens gave
     scan = next(m for m in table["scan_host"]["measured"] if m.get("host") == "x86_server")
     for kind, us in scan_host_us(fit["h200"]["all"]["scan_host_scale"], "h200").items():
@@ -381,3 +398,18 @@ def test_the_kernel_rates_are_what_the_kernel_runs_give():
     assert fit["h200"]["fixed"] == pytest.approx(kernel_params())
     # the kernels, not the first tokens, decide the Hopper shares: none of them is a free coefficient of the fit
     assert not set(kernel_params()) & set(fit["h200"]["free"])
+
+
+def test_a_weight_only_kernel_ramps_at_its_own_measured_tokens():
+    """Marlin dequantizes its tiles while it loads them and reaches its share at fewer tokens an expert than Triton's
+    fused MoE (kernel_rates.json): a row that carries Marlin's ramps (GB10, whose NVFP4 and MXFP4 experts run it)
+    prices a weight-only backend's chunk at them and every other GEMM at its kind's; a row without them (the H200's)
+    at its kind's for all."""
+    from roofline.predict.hardware import get_hardware
+    from roofline.predict.prefill import prefill_rates
+
+    gb10, h200 = prefill_rates(get_hardware("gb10")), prefill_rates(get_hardware("h200"))
+    assert gb10.ramp("moe", "nvfp4-w4a16") == gb10.ramp("moe", "mxfp4") == gb10.ramp_tokens["moe_nvfp4"]
+    assert gb10.ramp("moe", "nvfp4-w4a16") < gb10.ramp("moe") == gb10.ramp_tokens["moe"]
+    assert gb10.ramp("gemm", "nvfp4-w4a16") == gb10.ramp_tokens["weight_only"] < gb10.ramp("gemm")
+    assert h200.ramp("moe", "nvfp4-w4a16") == h200.ramp("moe") and h200.ramp("gemm", "int4") == h200.ramp("gemm")

@@ -8,8 +8,10 @@ at a time, prompts of 225 to 22,628 tokens, on real vLLM.
 Per device, the shares of the tensor rate a prompt's work reaches (dense GEMMs by format, weight-only GEMMs,
 MoE experts, weight-only MoE, attention, the GDN and Mamba scans) and the host's time per request, by
 coordinate descent on the mean squared log error of TTFT (each coefficient a golden-section search, sweeps until
-nothing moves). GB10 also fits how independently a prompt's tokens route to experts (real weights: the
-published runs); the H200's runs had random dummy weights, which route every token independently (1.0).
+nothing moves). The H200's shares are fixed to vLLM's kernels timed one by one (kernel_rates.json); GB10's are
+those times two factors of its own, one for the tensor-core kernels and one for Marlin's (run_carried). GB10 also
+fits how independently a prompt's tokens route to experts (real weights: the published runs); the H200's runs had
+random dummy weights, which route every token independently (1.0).
 
 Validation: each model left out in turn, the others refit, the left-out model priced (a coefficient only it
 determined falls back to the table's default estimate): the error a model the fit never saw gets.
@@ -47,10 +49,13 @@ BOUNDS = {"gemm.bf16": (0.05, 2.0), "gemm.fp8": (0.05, 2.0), "weight_only": (0.0
           "moe_weight_only.nvfp4": (0.01, 2.0), "moe_weight_only.mxfp4": (0.01, 2.0), "attention": (0.05, 2.0),
           "scan.gdn": (0.002, 2.0), "scan.mamba": (0.002, 2.0), "ramp.gemm": (1.0, 4096.0), "ramp.moe": (1.0, 1024.0),
           "uncaptured_us": (1.0, 200.0), "request_ms": (0.0, 300.0), "prompt_independence": (0.02, 1.0),
-          "sustained": (0.5, 1.2), "scan_host_scale": (0.5, 4.0)}
+          "sustained": (0.5, 1.2), "scan_host_scale": (0.5, 4.0), "tensor_factor": (0.1, 8.0),
+          "marlin_factor": (0.1, 8.0)}
 # never searched: from vLLM's kernels timed one by one (kernel_rates.py) on Hopper, carried to GB10 as ratios
 KERNEL_ONLY = ("attention_narrow", "attention_sliding", "ramp.attention", "ramp.attention_narrow",
                "ramp.attention_sliding", "ramp.scan_gdn", "ramp.scan_mamba")
+# a weight-only kernel's own ramp (Marlin's, timed): the dense GEMMs', the experts' by format family
+WEIGHT_ONLY_RAMPS = ("weight_only", "moe_nvfp4", "moe_mxfp4")
 SENSITIVE = 1e-5  # a coefficient moves the loss by less than this when doubled: the points do not determine it
 SWEEPS = 6
 
@@ -64,7 +69,8 @@ def defaults() -> dict:
             "scan.gdn": d["scan"]["gdn"], "scan.mamba": d["scan"]["mamba"], "ramp.gemm": d["ramp_tokens"]["gemm"],
             "ramp.moe": d["ramp_tokens"]["moe"], "uncaptured_us": 10.5, "request_ms": 20.0, "prompt_independence": 1.0,
             "attention_narrow": None, "attention_sliding": None, "ramp.attention": 0.0, "sustained": 1.0, "scan_host_scale": 1.0,
-            "ramp.attention_narrow": 0.0, "ramp.attention_sliding": 0.0, "ramp.scan_gdn": 0.0, "ramp.scan_mamba": 0.0}
+            "ramp.attention_narrow": 0.0, "ramp.attention_sliding": 0.0, "ramp.scan_gdn": 0.0, "ramp.scan_mamba": 0.0,
+            "ramp.weight_only": None, "ramp.moe_nvfp4": None, "ramp.moe_mxfp4": None}
 
 
 def kernel_params() -> dict:
@@ -112,11 +118,47 @@ def rates_of(params: dict, base: PrefillRates) -> PrefillRates:
                    ramp_tokens={"gemm": params["ramp.gemm"], "moe": params["ramp.moe"],
                                 "attention": params["ramp.attention"], "attention_narrow": params["ramp.attention_narrow"],
                                 "attention_sliding": params["ramp.attention_sliding"],
-                                "scan_gdn": params["ramp.scan_gdn"], "scan_mamba": params["ramp.scan_mamba"]},
+                                "scan_gdn": params["ramp.scan_gdn"], "scan_mamba": params["ramp.scan_mamba"]}
+                   | {k: params[f"ramp.{k}"] for k in WEIGHT_ONLY_RAMPS if params.get(f"ramp.{k}") is not None},
                    prompt_independence=params["prompt_independence"])
 
 
+# GB10's prompt work runs the kernels timed on Hopper (cuBLAS, Triton's fused MoE, Marlin, the scans; FlashAttention
+# 2 where Hopper ran 3): its shares are the H200's measured ones (at its sustained clock) times one factor for the
+# tensor-core kernels and one for Marlin's dequantizing ones, fitted to its first tokens; the ramps, and the host's
+# time of the scans (through launch.toml's host ratio), as measured on Hopper. MXFP4 experts run Marlin's MoE there.
+TENSOR_KINDS = ("gemm.bf16", "gemm.fp8", "moe.bf16", "attention", "attention_narrow", "attention_sliding",
+                "scan.gdn", "scan.mamba")
+MARLIN_KINDS = ("weight_only", "moe_weight_only.nvfp4", "moe_weight_only.mxfp4")
+CARRIED_FREE = ["tensor_factor", "marlin_factor", "request_ms", "prompt_independence", "uncaptured_us"]
+
+
+def marlin_ramps() -> dict:
+    """Marlin's own ramps, timed on its kernels (kernel_rates.json): the dense W4A16 GEMM's, and the MoE's for the
+    NVFP4 and MXFP4 experts GB10 runs on it. The H200's row keeps its kinds' ramps: its one NVFP4 model's first
+    tokens (8 layers, 512-16,384 tokens) are priced closer at the fused MoE's (in sample -4..+16% against -10..-3%
+    at Marlin's, its other models' fit pulled along)."""
+    k = json.loads(KERNEL_RATES.read_text())["rates"]
+    moe = k["moe.nvfp4-marlin"]["ramp_tokens"]
+    return {"ramp.weight_only": k["gemm.nvfp4-marlin"]["ramp_tokens"], "ramp.moe_nvfp4": moe, "ramp.moe_mxfp4": moe}
+
+
+def carried_shares(params: dict) -> dict:
+    """The full coefficients of a device priced as the measured device's kernels x its own factors."""
+    base = sustained(params["base"])
+    out = dict(base, sustained=1.0, **{k: params[k] for k in ("request_ms", "prompt_independence", "uncaptured_us")})
+    out["moe_weight_only.mxfp4"] = base["moe_weight_only.nvfp4"]
+    out |= marlin_ramps()
+    for names, factor in ((TENSOR_KINDS, "tensor_factor"), (MARLIN_KINDS, "marlin_factor")):
+        for name in names:
+            if out.get(name) is not None:
+                out[name] = out[name] * params[factor]
+    return out
+
+
 def price(point, params: dict) -> float:
+    if "base" in params:
+        params = carried_shares(params)
     s = server(point.device, point.model, point.serve)
     pricer = s.pricer
     terms, config = pricer._terms, pricer.config
@@ -201,6 +243,8 @@ def free_for(points, device: str, fixed: dict | None = None) -> list[str]:
     base = loss(points, start)
     out = []
     for name in BOUNDS:
+        if name in ("tensor_factor", "marlin_factor"):  # the carried fit's (run_carried)
+            continue
         if name == "prompt_independence" and device != "gb10" or name in (fixed or {}) or \
                 name in ("sustained", "scan_host_scale") and not fixed:  # they scale what kernels measured
             continue
@@ -281,13 +325,38 @@ def run_device(device: str, points, measured: dict | None = None, fixed: dict | 
             "worst_left_out": max(left_errors, key=abs)}
 
 
+def run_carried(device: str, points, measured: dict) -> dict:
+    """Fit `device`'s factors over the measured device's kernels (carried_shares) to its first tokens; each model
+    left out in turn, the factors refit on the others."""
+    start = {"base": measured, "tensor_factor": 1.0, "marlin_factor": 1.0, "request_ms": 20.0,
+             "prompt_independence": 0.3, "uncaptured_us": 20.0}
+    params = _descend(points, CARRIED_FREE, start)
+    errors = evaluate(points, params)
+    left = {}
+    for case in sorted({p.case for p in points}):
+        refit = _descend([p for p in points if p.case != case], CARRIED_FREE, params)
+        left[case] = iter(evaluate([p for p in points if p.case == case], refit))
+    left_errors = [next(left[p.case]) for p in points]
+    full = carried_shares(params)
+    return {"device": device, "free": CARRIED_FREE, "params": {k: params[k] for k in CARRIED_FREE}, "fixed": {},
+            "carried": {k: full[k] for k in SHARES if full.get(k) is not None}, "all": full,
+            "points": [{"case": p.case, "family": p.family, "prompt": p.prompt, "measured_ms": p.ttft_s * 1e3,
+                        "fitted_ms": (1 + e) * p.ttft_s * 1e3, "error": e, "left_out_error": lo,
+                        "source": p.source} for p, e, lo in zip(points, errors, left_errors)],
+            "mean_abs_error": statistics.fmean(abs(e) for e in errors),
+            "left_out_mean_abs_error": statistics.fmean(abs(e) for e in left_errors),
+            "within_25_left_out": sum(abs(e) <= 0.25 for e in left_errors) / len(left_errors),
+            "band90_left_out": sorted(abs(e) for e in left_errors)[math.ceil(0.9 * len(left_errors)) - 1],
+            "worst_left_out": max(left_errors, key=abs)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--table", action="store_true", help="write the fitted rows of roofline/data/prefill.toml")
     args = parser.parse_args()
     h200 = run_device("h200", h200_ttft(), fixed=kernel_params())
-    out = {"schema": "roofline.prefill_fit/1", "devices": [h200, run_device("gb10", gb10_ttft(), h200["all"])]}
+    out = {"schema": "roofline.prefill_fit/1", "devices": [h200, run_carried("gb10", gb10_ttft(), h200["all"])]}
     for device in out["devices"]:
         print(f"\n{device['device']}: " + ", ".join(f"{k} {v:.3g}" for k, v in device["params"].items()))
         print(f"  {'case':34}{'prompt':>8}{'measured':>10}{'fitted':>9}{'error':>8}{'left out':>10}")
@@ -326,7 +395,9 @@ def _row(device: dict, where: str, kind: str, source: str) -> str:
             f"ramp_tokens = {{ gemm = {_g(p['ramp.gemm'])}, moe = {_g(p['ramp.moe'])}, "
             f"attention = {_g(p['ramp.attention'])}, attention_narrow = {_g(p['ramp.attention_narrow'])}, "
             f"attention_sliding = {_g(p['ramp.attention_sliding'])}, scan_gdn = {_g(p['ramp.scan_gdn'])}, "
-            f"scan_mamba = {_g(p['ramp.scan_mamba'])} }}\n"
+            f"scan_mamba = {_g(p['ramp.scan_mamba'])}"
+            + "".join(f", {k} = {_g(p['ramp.' + k])}" for k in WEIGHT_ONLY_RAMPS
+                      if p.get("ramp." + k) is not None) + " }\n"
             f"band = {_g(device['band90_left_out'])}\n"
             f"kind = \"{kind}\"\nsource = \"{source}\"\n")
 
@@ -360,13 +431,16 @@ def write_table(out: dict) -> None:
                  f"(no kernel timed) and the host's times; {error(h200)}. Compute capability 9.0: the H100's and "
                  "H200's tensor cores are one design"),
             _row(gb10, 'hardware = "gb10"', "calibrated",
-                 "fitted to the published vLLM 0.26.0 first tokens of the GB10 fit set "
-                 "(benchmarks/gb10/results_prefill.csv: gpt-oss-20b MXFP4, Nemotron-3-Nano-30B-A3B BF16 and NVFP4 on "
-                 f"Marlin, Qwen3.6-35B-A3B BF16; {len(gb10['points'])} single requests of 225-22,628 prompt tokens) by "
-                 f"benchmarks/serving/fit.py -> benchmarks/serving/fit.json: {error(gb10)} (a coefficient only the "
-                 "left-out model determines carried from the H200 through GB10's own dense share). Shares above 1: "
-                 "GB10's bf16 tensor rate in hardware.toml is an estimate below what its prompts reach; fp8 carried "
-                 "from the H200 (no FP8 run)")]
+                 "the H200's shares, measured on vLLM's kernels (the row above, at its sustained clock), times two "
+                 f"factors of GB10's own: {_g(gb10['params']['tensor_factor'])} for the tensor-core kernels (cuBLAS, "
+                 f"Triton's fused MoE, FlashAttention, the scans) and {_g(gb10['params']['marlin_factor'])} for "
+                 "Marlin's dequantizing ones (NVFP4 W4A16 and, on GB10, MXFP4 experts too); ramps as the kernels "
+                 "measured them (Marlin's its own); fitted with the host's times and the prompt routing to the "
+                 "published vLLM 0.26.0 first tokens of the GB10 fit set (benchmarks/gb10/results_prefill.csv: gpt-oss-20b MXFP4, "
+                 "Nemotron-3-Nano-30B-A3B BF16 and NVFP4 on Marlin, Qwen3.6-35B-A3B BF16; "
+                 f"{len(gb10['points'])} single requests of 225-22,628 prompt tokens) by benchmarks/serving/fit.py -> "
+                 f"benchmarks/serving/fit.json: {error(gb10)}, the factors refit without the model. Shares above 1: "
+                 "GB10's bf16 tensor rate in hardware.toml is an estimate below what its prompts reach")]
     text = TABLE.read_text()
     text = text[:text.index(MARKER)] + "\n".join(rows)
     for table, field, name in (("request", "ms", "request_ms"), ("uncaptured", "us", "uncaptured_us")):
@@ -382,6 +456,8 @@ def write_table(out: dict) -> None:
                   r'[^"]*"', lambda m: m.group(1) + SCAN_HOST_SOURCE.format(
                       gdn=_g(rates["gdn"]["us"]), mamba=_g(rates["mamba"]["us"]), scale=_g(scale)) + '"', text)
     grace = scan_host_us(scale, "gb10")
+    text = re.sub(r'(\[\[scan_host\.measured\]\]\nhardware = "gb10"\nus = )\{[^}]*\}',
+                  lambda m: m.group(1) + "{ " + ", ".join(f"{k} = {_g(v)}" for k, v in grace.items()) + " }", text)
     text = re.sub(r'(\[scan_host\]\nx86_server = )\{[^}]*\}(\ngrace_arm = )\{[^}]*\}(\ncpu = [^\n]*\nunknown = )\{[^}]*\}',
                   lambda m: m.group(1) + "{ " + ", ".join(f"{k} = {_g(v['us'] * scale)}" for k, v in rates.items())
                   + " }" + m.group(2) + "{ " + ", ".join(f"{k} = {_g(v)}" for k, v in grace.items()) + " }"

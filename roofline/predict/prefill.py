@@ -49,6 +49,15 @@ class PrefillRates:
         ramp = self.ramp_tokens.get(f"scan_{kind}", 0.0)
         return self.scan[kind] * tokens / (tokens + ramp)
 
+    def ramp(self, kind: str, weight_only_format: str | None = None) -> float:
+        """The tokens at which `kind`'s GEMMs (gemm, moe) reach half their share. A weight-only backend's at its own
+        where measured (`weight_only` for the dense GEMMs, `moe_<family>` for the experts: Marlin dequantizes its
+        tiles while it loads them and gets there at a smaller M), else its kind's."""
+        if weight_only_format:
+            key = "weight_only" if kind == "gemm" else f"moe_{weight_only_format.split('-')[0]}"
+            return self.ramp_tokens.get(key, self.ramp_tokens[kind])
+        return self.ramp_tokens[kind]
+
     def gemm_share(self, compute: str) -> float:
         return self.gemm.get(compute) or self.gemm["bf16"]
 

@@ -974,15 +974,19 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
             # a step with a prompt's tokens: every token of it in GEMMs of M = all the step's tokens, at the share
             # of the tensor rate such GEMMs reach (ramping up with M; a MoE's with the tokens each expert gets);
             # the decodes riding along in the same GEMMs at that rate too
-            dense = tokens_in / (tokens_in + rates.ramp_tokens["gemm"])
+            # (a weight-only backend's GEMMs at its own ramp: Marlin's, measured, reaches its share at a smaller M)
+            own = terms.backend_format if terms.weight_only else None
+            dense, dense_backend = (tokens_in / (tokens_in + rates.ramp("gemm", fmt)) for fmt in (None, own))
             per_expert = tokens_in * expert_scale * terms.routed_share
-            moe = per_expert / (per_expert + rates.ramp_tokens["moe"]) if per_expert else 1.0
+            moe, moe_backend = (per_expert / (per_expert + rates.ramp("moe", fmt)) if per_expert else 1.0
+                                for fmt in (None, own))
             samples = decode_in + sampled_chunks
             head = samples / (samples + rates.ramp_tokens["gemm"]) if samples else 1.0
-            gemm = (sum(s / rates.gemm_share(c) for c, s in f.other.items()) + f.backend_s / prefill_backend) / dense
-            routed = (f.routed_backend_s / (rates.moe_weight_only_share(terms.backend_format) if terms.weight_only
-                                            else rates.moe_share(terms.backend_compute))
-                      + sum(s / rates.moe_share(c) for c, s in f.routed_other.items())) / moe
+            gemm = sum(s / rates.gemm_share(c) for c, s in f.other.items()) / dense \
+                + f.backend_s / prefill_backend / dense_backend
+            routed = f.routed_backend_s / (rates.moe_weight_only_share(terms.backend_format) if terms.weight_only
+                                           else rates.moe_share(terms.backend_compute)) / moe_backend \
+                + sum(s / rates.moe_share(c) for c, s in f.routed_other.items()) / moe
             prompt_at_peak = (f.backend_s + sum(f.other.values()) + f.routed_backend_s
                               + sum(f.routed_other.values())) * chunk_tokens + f.sampled_s * sampled_chunks
             seg.compute_at_peak_s += prompt_at_peak
