@@ -54,3 +54,20 @@ def test_a_hybrids_peak_grows_with_the_token_budget_as_vllms():
 
     ours = {tokens: activation_peak_bytes(inventory, tokens, 1) / 2**30 for tokens in peaks}
     assert ours[8192] / ours[2048] == pytest.approx(peaks[8192] / peaks[2048], rel=0.15)
+
+
+def test_a_tensor_parallel_rank_profiles_its_share_of_the_split_outputs():
+    """Each rank of TP=2 or 4 profiles its own forward: the MLP's intermediate is split (column parallel), the
+    residual stream and the gathered fp32 logits are whole (vLLM's parallel layers and LogitsProcessor). A MoE's
+    modular workspaces are as wide as the hidden size where a rank's expert slice is narrower: they do not shrink."""
+    from roofline.advise.capacity import activation_peak_bytes
+
+    dense = load_inventory(str(ROOT / "tests" / "reference_configs" / "Qwen__Qwen3-8B"))
+    hidden, inter, vocab, tokens, seqs = 4096, 12288, 151936, 8192, 256
+    for tp in (1, 2, 4):  # the MLP's 3 x intermediate is the widest workspace at every split
+        assert activation_peak_bytes(dense, tokens, seqs, tp=tp) == \
+            tokens * (3 * inter / tp + 3 * hidden) * 2 + seqs * vocab * 4
+    moe = load_inventory(str(ROOT / "tests" / "reference_configs" / "Qwen__Qwen3-30B-A3B"))
+    # 8 experts a token of 768 (1,536 gate_up) against a hidden size of 2,048: max(., hidden) both ways
+    assert activation_peak_bytes(moe, tokens, 0, tp=2) == activation_peak_bytes(moe, tokens, 0) == \
+        tokens * (8 * (2048 + 2048) + 2 * 2048 + 3 * 2048) * 2

@@ -247,13 +247,14 @@ MLA_WORKSPACE_PAGES_PER_SEQ = 4
 MLA_WORKSPACE_MAX_TOKENS = 64 * 1024
 
 
-def mla_profile_bytes(cfg: dict, tokens: int, seqs: int, max_model_len: int, block: int, dtype: float) -> float:
+def mla_profile_bytes(cfg: dict, tokens: int, seqs: int, max_model_len: int, block: int, dtype: float,
+                      tp: int = 1) -> float:
     """An MLA model's peak at its attention in vLLM's profile run: the workspace's up-projected context (rows x
     heads x (qk_nope + v) head dims) beside the step's query (heads x (qk_nope + qk_rope)) and residual stream; 0
-    for a model without MLA."""
+    for a model without MLA. A tensor-parallel rank holds its share of the heads."""
     if not config_int(cfg, "kv_lora_rank"):
         return 0.0
-    heads = config_int(cfg, "num_attention_heads")
+    heads = config_int(cfg, "num_attention_heads") / tp
     nope, rope = config_int(cfg, "qk_nope_head_dim"), config_int(cfg, "qk_rope_head_dim")
     value = config_int(cfg, "v_head_dim", default=nope)
     rows = min(max(MLA_WORKSPACE_PER_MODEL_LEN * max_model_len, MLA_WORKSPACE_PAGES_PER_SEQ * seqs * block),
@@ -263,7 +264,7 @@ def mla_profile_bytes(cfg: dict, tokens: int, seqs: int, max_model_len: int, blo
 
 
 def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int, max_model_len: int = 0,
-                          block: int = 0) -> float:
+                          block: int = 0, tp: int = 1) -> float:
     """Estimate of vLLM's profiling-run activation peak: `tokens` tokens through the widest workspace of
     one layer at the model dtype (a gated MLP's gate_up output and activation, 3 x intermediate; the
     modular fused MoE's two workspaces, top-k x (max(intermediate, hidden) + max(gate_up width, hidden)), and
@@ -271,14 +272,19 @@ def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int, max_mode
     output) beside the residual stream (3 x hidden), plus the sampler's fp32 logits for `seqs`
     sequences; an MLA model's profile-run workspace where it is the wider (mla_profile_bytes, given the
     max_model_len and KV block). Against vLLM 0.26.0's own profile on the H200 (benchmarks/results/vllm_h200,
-    vllm_h200_startup): within 0.05 GiB on dense models, -0.65..+0.5 GiB on MoE and hybrid ones."""
+    vllm_h200_startup): within 0.05 GiB on dense models, -0.65..+0.5 GiB on MoE and hybrid ones.
+
+    Per rank of `tp` tensor-parallel ones (each profiles its own): the column-parallel outputs (q/k/v heads, the
+    MLP's and the experts' intermediate, a recurrent mixer's heads, MLA's heads) are split, the residual stream
+    and the layer's output (after its all-reduce) are whole, and so are the logits vLLM gathers to the first rank
+    (LogitsProcessor). Read in vLLM's parallel layers, not measured on more than one GPU."""
     cfg = text_config(inventory.config)
     shape = inventory.shape
     hidden = shape.hidden_size
     intermediate = config_int(cfg, "intermediate_size", default=4 * hidden)
     widths = []
     if any(m.role == "mlp" for m in inventory.modules):
-        widths.append(3 * intermediate)
+        widths.append(3 * intermediate / tp)
     experts = [m for m in inventory.modules if m.role == "moe_experts"]
     if experts:
         expert_inter = config_int(cfg, "moe_intermediate_size") or intermediate
@@ -288,20 +294,21 @@ def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int, max_mode
         # vLLM's modular fused MoE (TritonExperts.workspace_shapes): workspace1 (M, top-k, max(inter, hidden)) and
         # workspace2 (M, top-k, max(gate_up width, hidden)), the experts' output reusing workspace1 in one chunk;
         # beside them the layer's output and a shared expert's, (M, hidden) each
-        widths.append(max(shape.experts_per_token, 1) * (max(expert_inter, hidden)
-                                                         + max((2 if gated else 1) * expert_inter, hidden)) + 2 * hidden)
+        inter = expert_inter / tp
+        widths.append(max(shape.experts_per_token, 1) * (max(inter, hidden)
+                                                         + max((2 if gated else 1) * inter, hidden)) + 2 * hidden)
     heads = config_int(cfg, "num_attention_heads", default=0)
     if heads:
         kv_heads = config_int(cfg, "num_key_value_heads", default=heads)
         head_dim = config_int(cfg, "head_dim", default=hidden // heads)
-        widths.append((heads + 2 * kv_heads) * head_dim)
+        widths.append((heads / tp + 2 * max(kv_heads / tp, 1)) * head_dim)  # KV heads fewer than ranks: replicated
     dtype = dtype_bytes(shape.dtype)
     # a hybrid's recurrent mixer keeps its own workspace beside the widest of the rest: vLLM measures the
     # caching allocator's peak, whose blocks of one layer kind do not serve the other's shapes
     recurrent = recurrent_workspace_bytes(cfg, {r.kind for r in shape.recurrent}, dtype)
     widest = max(tokens * (max(widths, default=4 * hidden) + 3 * hidden) * dtype,
-                 mla_profile_bytes(cfg, tokens, seqs, max_model_len, block, dtype))
-    return widest + tokens * recurrent + seqs * shape.vocab_size * 4
+                 mla_profile_bytes(cfg, tokens, seqs, max_model_len, block, dtype, tp))
+    return widest + tokens * recurrent / tp + seqs * shape.vocab_size * 4
 
 
 # the chunk of the Gated DeltaNet prefill kernels (fla's chunked delta rule in vLLM 0.26): one fp32 state per
@@ -363,9 +370,10 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
                         f"replicated ones whole)"),
              MemoryTerm("activation_peak", activation_peak_bytes(
                  inventory, tokens, seqs, request.max_model_len,
-                 request.block_size or platform_layout(hardware, mla=True).default_block_size), "estimate",
+                 request.block_size or platform_layout(hardware, mla=True).default_block_size, tp), "estimate",
                         f"{tokens} batched tokens x one layer's widest workspace and the residual stream + "
-                        f"{seqs} x vocab fp32 logits (vLLM measures it in its profiling run)"),
+                        f"{seqs} x vocab fp32 logits (vLLM measures it in its profiling run)"
+                        + (f"; a rank's share of the {tp} tensor-parallel ranks' split outputs" if tp > 1 else "")),
              MemoryTerm("non_torch", mem["non_torch_gib"] * GIB if hardware.host != "cpu" else 0.0,
                         mem["non_torch_kind"], mem["non_torch_source"])]
     graph_pool = graphs_apply(hardware) and not request.enforce_eager  # eager: vLLM captures no graphs
