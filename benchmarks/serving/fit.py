@@ -313,8 +313,12 @@ def run_device(device: str, points, measured: dict | None = None, fixed: dict | 
     left_errors = [e for p in points for e in [left[p.case][[q for q in points if q.case == p.case].index(p)]]]
     return {"device": device, "free": free, "params": {k: params[k] for k in free}, "fixed": fixed,
             "carried": {k: params[k] for k in SHARES if k not in free and measured and k in measured},
-            "all": params,
-            "points": [{"case": p.case, "family": p.family, "prompt": p.prompt, "measured_ms": p.ttft_s * 1e3,
+            "all": params, **scored(points, errors, left_errors)}
+
+
+def scored(points, errors: list[float], left_errors: list[float]) -> dict:
+    """Each point's fitted and left-out error, and the device's figures over them."""
+    return {"points": [{"case": p.case, "family": p.family, "prompt": p.prompt, "measured_ms": p.ttft_s * 1e3,
                         "fitted_ms": (1 + e) * p.ttft_s * 1e3, "error": e, "left_out_error": lo,
                         "source": p.source} for p, e, lo in zip(points, errors, left_errors)],
             "mean_abs_error": statistics.fmean(abs(e) for e in errors),
@@ -340,14 +344,7 @@ def run_carried(device: str, points, measured: dict) -> dict:
     full = carried_shares(params)
     return {"device": device, "free": CARRIED_FREE, "params": {k: params[k] for k in CARRIED_FREE}, "fixed": {},
             "carried": {k: full[k] for k in SHARES if full.get(k) is not None}, "all": full,
-            "points": [{"case": p.case, "family": p.family, "prompt": p.prompt, "measured_ms": p.ttft_s * 1e3,
-                        "fitted_ms": (1 + e) * p.ttft_s * 1e3, "error": e, "left_out_error": lo,
-                        "source": p.source} for p, e, lo in zip(points, errors, left_errors)],
-            "mean_abs_error": statistics.fmean(abs(e) for e in errors),
-            "left_out_mean_abs_error": statistics.fmean(abs(e) for e in left_errors),
-            "within_25_left_out": sum(abs(e) <= 0.25 for e in left_errors) / len(left_errors),
-            "band90_left_out": sorted(abs(e) for e in left_errors)[math.ceil(0.9 * len(left_errors)) - 1],
-            "worst_left_out": max(left_errors, key=abs)}
+            **scored(points, errors, left_errors)}
 
 
 def main() -> int:
