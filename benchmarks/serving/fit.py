@@ -130,9 +130,11 @@ def rates_of(params: dict, base: PrefillRates) -> PrefillRates:
 TENSOR_KINDS = ("gemm.bf16", "gemm.fp8", "moe.bf16", "attention", "attention_narrow", "attention_sliding",
                 "scan.gdn", "scan.mamba")
 MARLIN_KINDS = ("weight_only", "moe_weight_only.nvfp4", "moe_weight_only.mxfp4")
-CARRIED_FREE = ["tensor_factor", "marlin_factor", "request_ms", "prompt_independence", "uncaptured_us"]
+CARRIED_FACTORS = ("tensor_factor", "marlin_factor")
+CARRIED_FREE = [*CARRIED_FACTORS, "request_ms", "prompt_independence", "uncaptured_us"]
 
 
+@functools.lru_cache(maxsize=None)
 def marlin_ramps() -> dict:
     """Marlin's own ramps, timed on its kernels (kernel_rates.json): the dense W4A16 GEMM's, and the MoE's for the
     NVFP4 and MXFP4 experts GB10 runs on it. The H200's row keeps its kinds' ramps: its one NVFP4 model's first
@@ -148,7 +150,7 @@ def carried_shares(params: dict) -> dict:
     base = sustained(params["base"])
     out = dict(base, sustained=1.0, **{k: params[k] for k in ("request_ms", "prompt_independence", "uncaptured_us")})
     out["moe_weight_only.mxfp4"] = base["moe_weight_only.nvfp4"]
-    out |= marlin_ramps()
+    out |= marlin_ramps()  # (read once: out is a new dict)
     for names, factor in ((TENSOR_KINDS, "tensor_factor"), (MARLIN_KINDS, "marlin_factor")):
         for name in names:
             if out.get(name) is not None:
@@ -243,7 +245,7 @@ def free_for(points, device: str, fixed: dict | None = None) -> list[str]:
     base = loss(points, start)
     out = []
     for name in BOUNDS:
-        if name in ("tensor_factor", "marlin_factor"):  # the carried fit's (run_carried)
+        if name in CARRIED_FACTORS:  # run_carried's
             continue
         if name == "prompt_independence" and device != "gb10" or name in (fixed or {}) or \
                 name in ("sustained", "scan_host_scale") and not fixed:  # they scale what kernels measured
@@ -280,39 +282,23 @@ def kin(params: dict, free: list[str], fixed: dict) -> dict:
     return params | {name: scaled[bf16] for name, bf16 in KIN.items() if name not in free and name not in fixed}
 
 
-def carried(params: dict, free: list[str], measured: dict | None) -> dict:
-    """A coefficient these points do not determine, carried from the measured device (the H200) through this
-    device's own fitted dense-GEMM share: the measured device's value x (this bf16 share / its bf16 share); the
-    kernels' narrow-head and sliding-window attention as their ratio to full attention, their ramps as measured."""
-    if not measured:
-        return params
-    out = dict(params)
-    if "gemm.bf16" in free:
-        scale = params["gemm.bf16"] / measured["gemm.bf16"]
-        out |= {name: measured[name] * scale for name in SHARES if name not in free and name in measured}
-    return out
-
-
-def run_device(device: str, points, measured: dict | None = None, fixed: dict | None = None) -> dict:
+def run_device(device: str, points, fixed: dict | None = None) -> dict:
     """Fit `device`'s free coefficients to its first tokens; `fixed` (measured on kernels) stays as it is."""
     fixed = fixed or {}
-    # GB10: its fitted scan rates hold its host's share of a hybrid's prompt (prefill.toml [[scan_host.measured]]
-    # gb10: none of its own; a host term beside them left its 25 points degenerate: shares at their bounds)
-    start = defaults() | ({k: v for k, v in measured.items() if k in SHARES} if measured else {}) | fixed \
-        | ({"scan_host_scale": 0.0} if measured else {})
+    start = defaults() | fixed
     free = free_for(points, device, fixed)
-    params = kin(carried(fit(points, free, start), free, measured), free, fixed)
+    params = kin(fit(points, free, start), free, fixed)
     errors = evaluate(points, params)
     left = {}
     for case in sorted({p.case for p in points}):
         rest = [p for p in points if p.case != case]
         mine = [p for p in points if p.case == case]
         rest_free = free_for(rest, device, fixed)
-        refit = kin(carried(fit(rest, rest_free, start), rest_free, measured), rest_free, fixed)
+        refit = kin(fit(rest, rest_free, start), rest_free, fixed)
         left[case] = evaluate(mine, refit)
     left_errors = [e for p in points for e in [left[p.case][[q for q in points if q.case == p.case].index(p)]]]
     return {"device": device, "free": free, "params": {k: params[k] for k in free}, "fixed": fixed,
-            "carried": {k: params[k] for k in SHARES if k not in free and measured and k in measured},
+            "carried": {},  # every share is its own (fitted or measured on kernels)
             "all": params, **scored(points, errors, left_errors)}
 
 

@@ -17,6 +17,11 @@ SCAN_FLOPS_PER_STATE_ELEMENT = 8
 SCAN_CHUNK_TOKENS = {"gdn": 64, "mamba": 256}
 
 
+def format_family(fmt: str) -> str:
+    """A weight format's family, the key of its weight-only rows: nvfp4-w4a16 -> nvfp4."""
+    return fmt.split("-")[0]
+
+
 @dataclass(frozen=True)
 class PrefillRates:
     gemm: dict[str, float]  # tensor format -> share of its datasheet rate
@@ -54,7 +59,7 @@ class PrefillRates:
         where measured (`weight_only` for the dense GEMMs, `moe_<family>` for the experts: Marlin dequantizes its
         tiles while it loads them and gets there at a smaller M), else its kind's."""
         if weight_only_format:
-            key = "weight_only" if kind == "gemm" else f"moe_{weight_only_format.split('-')[0]}"
+            key = "weight_only" if kind == "gemm" else f"moe_{format_family(weight_only_format)}"
             return self.ramp_tokens.get(key, self.ramp_tokens[kind])
         return self.ramp_tokens[kind]
 
@@ -65,8 +70,7 @@ class PrefillRates:
         return self.moe.get(compute) or self.moe["bf16"]
 
     def moe_weight_only_share(self, fmt: str) -> float:
-        family = fmt.split("-")[0]
-        return self.moe_weight_only.get(family) or min(self.moe_weight_only.values())
+        return self.moe_weight_only.get(format_family(fmt)) or min(self.moe_weight_only.values())
 
 
 def prefill_rates(hardware: Hardware) -> PrefillRates:
