@@ -110,7 +110,8 @@ def expected_detail(audit: dict) -> str:
         return f"efficiency {efficiency}" if efficiency is not None else ""
     parts = [f"memory {memory_ms:.2f} ms at {efficiency:.2f} × {bandwidth:g} GB/s" if efficiency
              else f"memory {memory_ms:.2f} ms"]
-    for key, label in (("launch_ms", "launches"), ("communication_ms", "communication"), ("pipeline_ms", "pipeline")):
+    for key, label in (("launch_ms", "launches"), ("communication_ms", "communication"), ("pipeline_ms", "pipeline"),
+                       ("host_ms", "the engine's host")):
         value = first_number(breakdown, key)
         if value:
             parts.append(f"{label} {value:.2f} ms")

@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 H200 = REPO / "benchmarks" / "results" / "vllm_h200_serving"
 H200_HELD_OUT = REPO / "benchmarks" / "results" / "vllm_h200_heldout"
+H200_HOST = REPO / "benchmarks" / "results" / "vllm_h200_host"  # a later machine start's (the host's time per step)
 GB10_PREFILL = REPO / "benchmarks" / "gb10" / "results_prefill.csv"
 
 # the H200 cases: where each config is, the vLLM flags it was served with, its family for leave-one-out
@@ -43,6 +44,10 @@ HELD_OUT = {
     "qwen3-8b-b2048": ("tests/reference_configs/Qwen__Qwen3-8B", "--max-num-batched-tokens 2048", "dense bf16"),
     "llama31-8b": ("tests/reference_configs/meta-llama__Llama-3.1-8B-Instruct", "", "dense bf16"),
     "mixtral-8x7b-8l": ("benchmarks/gpu_vllm/configs/Mixtral-8x7B-8layers", "", "moe bf16"),
+    # a later machine start (vllm_h200_host): the same Mixtral cut again, and a 2-layer Qwen3-0.6B whose steps are
+    # the engine's host time (launch.toml [step_host] was fitted on its closed-loop runs, not on these)
+    "mixtral-8x7b-8l-host": ("benchmarks/gpu_vllm/configs/Mixtral-8x7B-8layers", "", "moe bf16"),
+    "qwen3-06b-2l-load": ("benchmarks/gpu_vllm/configs/Qwen3-0.6B-2layers", "", "dense bf16"),
 }
 
 
@@ -86,7 +91,7 @@ def h200_ttft(cases: dict | None = None) -> list[TtftPoint]:
 def h200_loads() -> list[tuple[str, str, dict]]:
     """(case, file name, the vllm bench serve result with every request) of the open-loop runs."""
     out = []
-    paths = [p for d in (H200, H200_HELD_OUT) for pattern in ("*-rate-*.json.gz", "*-burst-*.json.gz")
+    paths = [p for d in (H200, H200_HELD_OUT, H200_HOST) for pattern in ("*-rate-*.json.gz", "*-burst-*.json.gz")
              for p in sorted(d.glob(pattern))]
     for path in paths:
         case = path.name.split("-rate-")[0].split("-burst-")[0]

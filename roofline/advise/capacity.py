@@ -582,7 +582,7 @@ def load_server(inventory: Inventory, hardware: Hardware, request: Request, kv: 
 
 
 # what the step's bound means for the user asking how many streams keep their speed
-SPEED_BOUNDS = {"memory": "bandwidth", "compute": "compute", "launch": "launch"}
+SPEED_BOUNDS = {"memory": "bandwidth", "compute": "compute", "launch": "launch", "host": "engine host"}
 
 
 def answer_slo(price, request: Request, fit: int, fit_bound: str, alone_s: float, context: int) -> SloAnswer:

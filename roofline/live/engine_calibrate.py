@@ -317,7 +317,7 @@ def refusal(calibration: EngineCalibration) -> str | None:
     fit, rows = calibration.fit, calibration.rows()
     grids = engine_fit  # the searched grids' ends
     for row in rows:
-        fastest = row.graphs_s(grids.EFFICIENCIES[-1], 0.0, 1.0) * 1e3
+        fastest = row.device_s(grids.EFFICIENCIES[-1], 0.0, 1.0) * 1e3
         slowest = 10 * row.eager_s(grids.EFFICIENCIES[0], grids.FLOORS_US[-1], grids.UTILIZATIONS[0],
                                    grids.HOSTS_US[-1], grids.MOE_EQUIVS[-1], grids.MAMBA_EQUIVS[-1]) * 1e3
         where = f"{row.case} {row.mode} batch {row.batch}"

@@ -61,11 +61,18 @@ class Row:
     moe_layers: int = 0
     mamba_layers: int = 0
     family: str = "dense"  # dense | moe | hybrid (roofline.predict.bands.model_family)
+    host_floor_s: float = 0.0  # the engine's host time per step (launch.toml [step_host], not fitted here)
 
     def graphs_s(self, efficiency: float, floor_us: float, utilization: float,
                  weight_gbps: float | None = None, gemm_utilization: float | None = None) -> float:
-        """The graph step; `weight_gbps` / `gemm_utilization` replace the table's for the backend's
-        weights and GEMMs."""
+        """The graph step: the device's, or the engine's host time per step where that is longer (async
+        scheduling: predict/step.host_floor); `weight_gbps` / `gemm_utilization` replace the table's for the
+        backend's weights and GEMMs."""
+        return max(self.device_s(efficiency, floor_us, utilization, weight_gbps, gemm_utilization), self.host_floor_s)
+
+    def device_s(self, efficiency: float, floor_us: float, utilization: float,
+                 weight_gbps: float | None = None, gemm_utilization: float | None = None) -> float:
+        """The step on the device alone (graph kernels replayed)."""
         rate = weight_gbps or self.weight_gbps
         scale = efficiency if rate is None else min(efficiency, rate / self.full_gbps)
         backend_utilization = gemm_utilization or self.gemm_utilization or utilization
@@ -79,7 +86,7 @@ class Row:
         """The eager step; `extra_equiv` replaces the table's other Python work (host_equiv)."""
         launches = self.eager_kernels + self.moe_layers * moe_equiv + self.mamba_layers * mamba_equiv \
             + (self.host_equiv if extra_equiv is None else extra_equiv)
-        return max(self.graphs_s(efficiency, floor_us, utilization), launches * host_us * 1e-6)
+        return max(self.device_s(efficiency, floor_us, utilization), launches * host_us * 1e-6)
 
 
 def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, routing: str = "uniform",
@@ -110,7 +117,8 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
             host_equiv=sum(c.host_equiv for c in step.profile.counts if c.role not in python_layers),
             backend_gemms=sum(c.gemms for c in step.profile.counts
                               if c.gemms and c.backend == (step.backend.linear_backend or "cublas")),
-            moe_layers=moe_layers, mamba_layers=recurrent.count("mamba"), family=model_family(inventory)))
+            moe_layers=moe_layers, mamba_layers=recurrent.count("mamba"), family=model_family(inventory),
+            host_floor_s=step.main.host_s))
     return rows
 
 
@@ -131,7 +139,7 @@ def _device_s(row: Row, floors_us: np.ndarray, utilizations: np.ndarray,
     memory = np.asarray(row.memory_at_full_s)[:, None, None] / efficiencies[None, :, None]
     compute = np.asarray(row.compute_s)[:, None, None] / utilizations[None, None, :]
     roofs = np.maximum(memory, compute).sum(axis=0)  # [efficiency, utilization]
-    return roofs[:, None, :] + row.kernels * floors_us[None, :, None] * 1e-6
+    return np.maximum(roofs[:, None, :] + row.kernels * floors_us[None, :, None] * 1e-6, row.host_floor_s)
 
 
 def fit_graphs(rows: list[Row], floors_us: np.ndarray = FLOORS_US, utilizations: np.ndarray = UTILIZATIONS,
@@ -170,7 +178,7 @@ def fit_eager(rows: list[Row], efficiency: float, floor_us: float, utilization: 
     mamba = MAMBA_EQUIVS if any(r.mamba_layers for r in rows) else MAMBA_EQUIVS[:1]
     loss = 0.0
     for r in rows:
-        device = r.graphs_s(efficiency, (family_floors or {}).get(r.family, floor_us), utilization)
+        device = r.device_s(efficiency, (family_floors or {}).get(r.family, floor_us), utilization)
         launches = r.eager_kernels + r.host_equiv + r.moe_layers * moe[:, None] + r.mamba_layers * mamba[None, :]
         host = launches[None, :, :] * HOSTS_US[:, None, None] * 1e-6
         loss = loss + np.log(np.maximum(host, device) * 1e3 / r.measured_ms) ** 2

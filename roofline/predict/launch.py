@@ -1,6 +1,8 @@
 """What a kernel costs besides its bytes (roofline/data/launch.toml): the host's cost per kernel in
 eager mode (Python, dispatcher, launch), by host class, and the floor per kernel inside a CUDA-graph
-replay, by device; a `calibrate --save` entry's own measurements win over the table."""
+replay, by device; a `calibrate --save` entry's own measurements win over the table. Beside them, the
+engine's own host time per step (scheduling, input preparation, output processing), by host class: with
+CUDA graphs a step takes at least that long (predict/step.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,6 +21,15 @@ class LaunchCosts:
     graph_floor_us_per_kernel: float
     floor_kind: str
     floor_source: str
+    # the engine's host time per step: fixed + per request the step holds (0: no host floor, a CPU host)
+    step_host_us: float = 0.0
+    step_host_us_per_request: float = 0.0
+    step_host_kind: str = "none"
+    step_host_source: str = ""
+
+    def step_host_s(self, requests: int) -> float:
+        """The engine's host time for one step holding `requests` requests (decodes and prompt chunks)."""
+        return (self.step_host_us + self.step_host_us_per_request * requests) * 1e-6
 
 
 def graphs_apply(hardware: Hardware) -> bool:
@@ -48,5 +59,7 @@ def launch_costs(hardware: Hardware, host_us_per_kernel: float | None = None, fa
         if host_us_per_kernel <= 0:
             raise RooflineError("host launch cost must be positive")
         host = {"host_us_per_kernel": host_us_per_kernel, "kind": "user", "source": "user (--launch-us)"}
+    step = table["step_host"].get(hardware.host) or table["step_host"]["unknown"]
     return LaunchCosts(host["host_us_per_kernel"], host["kind"], host["source"],
-                       floor["graph_floor_us_per_kernel"], floor["kind"], floor["source"])
+                       floor["graph_floor_us_per_kernel"], floor["kind"], floor["source"],
+                       step["fixed_us"], step["per_request_us"], step["kind"], step["source"])

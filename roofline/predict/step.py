@@ -19,6 +19,11 @@ lm_head, MTP head and the step's own kernels on the last), and every segment cos
     graphs:  max(memory, compute) + kernels x graph floor                      + collectives
     eager:   max(max(memory, compute) + kernels x graph floor, kernels x host cost) + collectives
 
+With CUDA graphs a step also takes at least the engine's host time per step (scheduling, input preparation,
+output processing: fixed + per request the step holds, launch.toml [step_host]): vLLM's async scheduling forms
+step n + 1 on the host while the GPU runs step n, so the longer of the two sets the pace. An eager step's host
+cost per kernel was fitted on whole steps and holds it.
+
 A micro-batch's round trip is the sum of the stages plus (pp - 1) hand-offs; with k micro-batches in
 flight the replica's step period is max(round trip, k x (slowest stage + hand-off)). Tokens per
 second follow: b x tokens per sequence per step (1, or 1 + a + ... + a^n with n draft tokens) /
@@ -219,6 +224,7 @@ class ReplicaStep:
     stages: list[list[Segment]]
     handoff: Collective | None
     traffic: Traffic | None  # of one micro-batch of decodes (None: a step of prompt chunks alone)
+    host_s: float = 0.0  # the engine's host time per step (its micro-batches'): with graphs, the step's least time
 
     def stage_seconds(self, graphs: bool) -> list[float]:
         return [sum(s.seconds(graphs) for s in stage) for stage in self.stages]
@@ -226,9 +232,13 @@ class ReplicaStep:
     def round_trip_s(self, graphs: bool) -> float:
         return sum(self.stage_seconds(graphs)) + (self.handoff.seconds if self.handoff else 0.0)
 
-    def period_s(self, graphs: bool) -> float:
+    def device_period_s(self, graphs: bool) -> float:
+        """The step's period on the devices alone: the round trip, or the slowest stage's turn per micro-batch."""
         hand = self.handoff.seconds_each if self.handoff else 0.0
         return max(self.round_trip_s(graphs), self.micro_batches * (max(self.stage_seconds(graphs)) + hand))
+
+    def period_s(self, graphs: bool) -> float:
+        return host_floor(self.device_period_s(graphs), self.host_s, graphs)
 
     def tok_s(self, graphs: bool) -> float:
         return self.batch * self.tokens_per_sequence / self.period_s(graphs)
@@ -254,6 +264,7 @@ class Breakdown:
     launch_s: float
     communication_s: float
     pipeline_s: float  # micro-batches waiting for the slowest stage beyond one round trip
+    host_s: float  # the engine's host time per step beyond the devices' (async scheduling: the longer sets the pace)
     memory_time_s: float  # raw terms, not split by which binds: all bytes at the achievable bandwidth,
     compute_time_s: float  # all FLOPs at the achievable rate, all kernels x the mode's launch cost
     launch_time_s: float
@@ -264,12 +275,12 @@ class Breakdown:
 
     @property
     def seconds(self) -> float:
-        return self.memory_s + self.compute_s + self.launch_s + self.communication_s + self.pipeline_s
+        return self.memory_s + self.compute_s + self.launch_s + self.communication_s + self.pipeline_s + self.host_s
 
     @property
     def bound(self) -> str:
         parts = {"memory": self.memory_s, "compute": self.compute_s, "launch": self.launch_s,
-                 "communication": self.communication_s, "pipeline": self.pipeline_s}
+                 "communication": self.communication_s, "pipeline": self.pipeline_s, "host": self.host_s}
         return max(parts, key=parts.get)
 
     def to_json(self) -> dict:
@@ -277,6 +288,7 @@ class Breakdown:
                 "extra_bytes": self.extra_bytes, "kernels": self.kernels, "collectives": self.collectives,
                 "memory_ms": self.memory_s * 1e3, "compute_ms": self.compute_s * 1e3, "launch_ms": self.launch_s * 1e3,
                 "communication_ms": self.communication_s * 1e3, "pipeline_ms": self.pipeline_s * 1e3,
+                "host_ms": self.host_s * 1e3,
                 "step_ms": self.seconds * 1e3, "bound": self.bound,
                 "memory_time_ms": self.memory_time_s * 1e3, "compute_time_ms": self.compute_time_s * 1e3,
                 "launch_time_ms": self.launch_time_s * 1e3}
@@ -352,8 +364,8 @@ class StepTime:
             index = iter(memory)
             stages = [sum(s.seconds(graphs, next(index)) for s in stage) for stage in step.stages]
             hand = step.handoff.seconds_each if step.handoff else 0.0
-            period = max(sum(stages) + (step.handoff.seconds if step.handoff else 0.0),
-                         step.micro_batches * (max(stages) + hand))
+            period = host_floor(max(sum(stages) + (step.handoff.seconds if step.handoff else 0.0),
+                                    step.micro_batches * (max(stages) + hand)), step.host_s, graphs)
             periods.append(period)
             total += step.batch * step.tokens_per_sequence
         if self.config.topology.expert_parallel and len(periods) > 1:
@@ -416,7 +428,8 @@ class StepTime:
                 step.handoff.per_step if step.handoff else 0),
             memory_s=parts["memory"], compute_s=parts["compute"], launch_s=parts["launch"],
             communication_s=parts["communication"],
-            pipeline_s=max(0.0, step.period_s(graphs) - step.round_trip_s(graphs)),
+            pipeline_s=max(0.0, step.device_period_s(graphs) - step.round_trip_s(graphs)),
+            host_s=step.period_s(graphs) - step.device_period_s(graphs),
             memory_time_s=sum(s.memory_s for s in segments), compute_time_s=sum(s.compute_s for s in segments),
             launch_time_s=launch_time_s)
 
@@ -606,8 +619,16 @@ class StepPricer:
         replica = _fill(self._terms, config, decodes)
         if self._terms.stages > 1:
             return self.scale * replica.period_s(self.graphs)
-        return self.scale * sum(self._counts[(segment.where, segment.layer)] * segment.seconds(self.graphs)
-                                for segment in replica.segments)
+        device = sum(self._counts[(segment.where, segment.layer)] * segment.seconds(self.graphs)
+                     for segment in replica.segments)
+        return self.scale * host_floor(device, replica.host_s, self.graphs)
+
+
+def host_floor(device_s: float, host_s: float, graphs: bool) -> float:
+    """A step's time given the engine's host time per step: with CUDA graphs the host forms the next step while
+    the GPU runs this one (async scheduling), so the longer of the two; eager, the fitted host cost per kernel
+    holds it already."""
+    return max(device_s, host_s) if graphs else device_s
 
 
 def _signature(segment) -> tuple:
@@ -696,6 +717,7 @@ class _Terms:
     weight_rate: float | None
     floor_us: float
     host_us: float
+    step_host: LaunchCosts  # the engine's host time per step (LaunchCosts.step_host_s)
     uncaptured_us: float  # a compiled kernel launched from the host when no CUDA graph covers the step
     scan_host_us: dict  # kind -> the host's time of one recurrent layer's prompt kernels (outside vLLM's graphs)
     rates: "PrefillRates"
@@ -820,7 +842,7 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
                   handoff_bytes_per_token=RESIDUAL_COPIES * shape.hidden_size * ACTIVATION_BYTES,
                   backend_utilization=backend.gemm_utilization(hardware) or utilization, utilization=utilization,
                   bandwidth=bandwidth, weight_rate=weight_rate, floor_us=costs.graph_floor_us_per_kernel,
-                  host_us=costs.host_us_per_kernel, rates=prefill_rates(hardware),
+                  host_us=costs.host_us_per_kernel, step_host=costs, rates=prefill_rates(hardware),
                   uncaptured_us=uncaptured_us_per_kernel(hardware)[0] if costs.host_us_per_kernel else 0.0,
                   scan_host_us=scan_host_us_per_layer(hardware)[0] if costs.host_us_per_kernel else {},
                   piecewise_host_launches=piecewise_launches_per_attention_layer(),
@@ -1034,7 +1056,9 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
         hand_bytes = terms.handoff_bytes_per_token * tokens_in
         handoff = Collective("pp", "send", "stage hand-off (hidden state + residual)", pp - 1, hand_bytes,
                              placement.pp_link.key, placement.pp_link.collective_seconds(hand_bytes, 1.0))
-    return ReplicaStep(batch, micro_batches, micro, tokens_per_sequence, stages, handoff, None)
+    # the engine's host time: each micro-batch is a step vLLM schedules, of its decodes and the prompt chunks
+    host_s = micro_batches * terms.step_host.step_host_s(micro + len(chunks))
+    return ReplicaStep(batch, micro_batches, micro, tokens_per_sequence, stages, handoff, None, host_s)
 
 
 def _tensor_coefficient(hardware: Hardware, compute: str) -> Coefficient:
@@ -1070,6 +1094,9 @@ def _coefficients(hardware: Hardware, backend: Backend, costs: LaunchCosts, prof
                     "kernels launched one by one under --enforce-eager (no Inductor fusion)"),
         Coefficient("graph_floor", costs.graph_floor_us_per_kernel, "us per kernel", costs.floor_kind, costs.floor_source),
         Coefficient("host_launch", costs.host_us_per_kernel, "us per kernel", costs.host_kind, costs.host_source),
+        Coefficient("step_host", costs.step_host_us, "us per step", costs.step_host_kind, costs.step_host_source),
+        Coefficient("step_host_per_request", costs.step_host_us_per_request, "us per request a step",
+                    costs.step_host_kind, costs.step_host_source),
     ]
     rate = backend.rate(hardware)
     if rate and rate.weight_gbps is not None:

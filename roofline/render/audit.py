@@ -30,6 +30,11 @@ def step_made_of(step) -> str:
                          f"{step.costs.host_us_per_kernel:g} us, eager)")
     if b.communication_s > 0:
         parts.append(f"collectives {milliseconds(b.communication_s * 1e3)}")
+    if b.host_s > 0:
+        costs = step.costs
+        parts.append(f"the engine's host {milliseconds(b.host_s * 1e3)} beyond the GPU's (a step takes at least "
+                     f"{milliseconds(step.main.host_s * 1e3)} on the host: {costs.step_host_us:g} us + "
+                     f"{costs.step_host_us_per_request:g} us x {step.main.micro_batch} requests)")
     return " + ".join(parts) + f"; {b.bound}-bound"
 
 

@@ -1,0 +1,91 @@
+"""The engine's host time per step (launch.toml [step_host]): measured under real `vllm serve` on the H200 box with
+a model whose GPU step is ~0.3 ms (benchmarks/results/vllm_h200_host, `vllm bench serve --max-concurrency N`),
+and with CUDA graphs the least a step takes (vLLM's async scheduling forms step n + 1 on the host while the GPU
+runs step n). Recorded runs carry the figures; nothing here times anything."""
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from roofline.audit import load_inventory
+from roofline.data import load_table
+from roofline.predict.hardware import get_hardware
+from roofline.predict.launch import launch_costs
+from roofline.predict.step import StepConfig, price_step
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks" / "serving"))
+
+import step_host  # noqa: E402  (benchmarks/serving/step_host.py)
+
+TINY = ROOT / "benchmarks" / "gpu_vllm" / "configs" / "Qwen3-0.6B-2layers"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_inventory(str(TINY))
+
+
+def test_the_table_is_the_fit_of_the_recorded_runs():
+    data = step_host.points()
+    assert sorted(data) == [1, 8, 32, 64, 128, 256]
+    fixed_us, per_request_us = step_host.fit(data)
+    table = load_table("launch")["step_host"]
+    for host, row in step_host.rows(fixed_us, per_request_us).items():
+        assert table[host]["fixed_us"] == row["fixed_us"] and table[host]["per_request_us"] == row["per_request_us"]
+        assert table[host]["kind"] == row["kind"]
+    # the fit holds every run within 10% (a line through the host's time, not a curve through six points)
+    for batch, ms in data.items():
+        assert (fixed_us + per_request_us * batch) / 1e3 == pytest.approx(ms, rel=0.10)
+    assert table["x86_server"]["kind"] == "measured" and "vllm_h200_host" in table["x86_server"]["source"]
+
+
+def test_a_short_gpu_step_takes_the_host_s_time_with_graphs_and_not_eager(tiny):
+    hardware = get_hardware("h200")
+    costs = launch_costs(hardware)
+    for batch in (1, 32, 256):
+        step = price_step(tiny, hardware, StepConfig(batch=batch, context=256))
+        host_ms = (costs.step_host_us + costs.step_host_us_per_request * batch) / 1e3
+        assert step.step_ms == pytest.approx(host_ms)
+        b = step.breakdown()
+        assert b.bound == "host" and b.host_s > 0
+        assert b.seconds * 1e3 == pytest.approx(step.step_ms)  # the parts still add up to the step
+        assert step.main.device_period_s(True) * 1e3 < host_ms
+    eager = price_step(tiny, hardware, StepConfig(batch=1, context=256, graphs=False))
+    assert eager.breakdown().host_s == 0.0  # eager's fitted host cost per kernel holds the engine's time
+
+
+def test_a_long_gpu_step_is_untouched(tiny):
+    """A full-size model's step is longer than the host's: the host floor changes nothing."""
+    inventory = load_inventory(str(ROOT / "tests" / "reference_configs" / "Qwen__Qwen3-8B"))
+    step = price_step(inventory, get_hardware("h200"), StepConfig(batch=32, context=1024))
+    assert step.breakdown().host_s == 0.0
+    assert step.step_ms == pytest.approx(step.main.device_period_s(True) * 1e3)
+
+
+def test_a_cpu_host_has_no_step_floor(tiny):
+    cpu = replace(get_hardware("h200"), host="cpu")
+    assert launch_costs(cpu).step_host_s(64) == 0.0
+
+
+def test_the_served_runs_replayed_through_the_load_model(tiny):
+    """The closed-loop runs of the 2-layer model, replayed at the client's own start times through the load model:
+    its time per output token is the host's, within 10% (without the floor the model was 7-12x too fast)."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "serving"))
+    from load_check import trace
+    from predict import server
+
+    from roofline.advise.load import serve
+
+    for batch in (8, 64, 128):
+        path = step_host.RESULTS / f"qwen3-06b-2l-conc-{batch}.json.gz"
+        with gzip.open(path, "rt") as fh:
+            run = json.load(fh)
+        s = server("h200", str(TINY.relative_to(ROOT)), "")
+        result = serve(s, trace(run))
+        assert result.tpot.mean * 1e3 == pytest.approx(run["mean_tpot_ms"], rel=0.10)
