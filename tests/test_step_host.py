@@ -33,15 +33,16 @@ def tiny():
 
 def test_the_table_is_the_fit_of_the_recorded_runs():
     data = step_host.points()
-    assert sorted(data) == [1, 8, 32, 64, 128, 256]
+    assert sorted({batch for _, batch, _ in data}) == [1, 8, 32, 48, 64, 128, 256]
+    assert len(data) == 11  # four server starts
     fixed_us, per_request_us = step_host.fit(data)
     table = load_table("launch")["step_host"]
     for host, row in step_host.rows(fixed_us, per_request_us).items():
         assert table[host]["fixed_us"] == row["fixed_us"] and table[host]["per_request_us"] == row["per_request_us"]
         assert table[host]["kind"] == row["kind"]
-    # the fit holds every run within 10% (a line through the host's time, not a curve through six points)
-    for batch, ms in data.items():
-        assert (fixed_us + per_request_us * batch) / 1e3 == pytest.approx(ms, rel=0.10)
+    # one line through every start's runs: within the spread between starts (1.60-2.51 ms at a batch of 8)
+    for _, batch, ms in data:
+        assert (fixed_us + per_request_us * batch) / 1e3 == pytest.approx(ms, rel=0.25)
     assert table["x86_server"]["kind"] == "measured" and "vllm_h200_host" in table["x86_server"]["source"]
 
 
@@ -75,7 +76,8 @@ def test_a_cpu_host_has_no_step_floor(tiny):
 
 def test_the_served_runs_replayed_through_the_load_model(tiny):
     """The closed-loop runs of the 2-layer model, replayed at the client's own start times through the load model:
-    its time per output token is the host's, within 10% (without the floor the model was 7-12x too fast)."""
+    its time per output token is the host's, within the spread between server starts (without the floor the model
+    was 7-12x too fast)."""
     sys.path.insert(0, str(ROOT / "benchmarks" / "serving"))
     from load_check import trace
     from predict import server
@@ -88,4 +90,4 @@ def test_the_served_runs_replayed_through_the_load_model(tiny):
             run = json.load(fh)
         s = server("h200", str(TINY.relative_to(ROOT)), "")
         result = serve(s, trace(run))
-        assert result.tpot.mean * 1e3 == pytest.approx(run["mean_tpot_ms"], rel=0.10)
+        assert result.tpot.mean * 1e3 == pytest.approx(run["mean_tpot_ms"], rel=0.25)
