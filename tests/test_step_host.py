@@ -91,3 +91,17 @@ def test_the_served_runs_replayed_through_the_load_model(tiny):
         s = server("h200", str(TINY.relative_to(ROOT)), "")
         result = serve(s, trace(run))
         assert result.tpot.mean * 1e3 == pytest.approx(run["mean_tpot_ms"], rel=0.25)
+
+
+def test_audit_says_when_the_engine_s_host_sets_the_step():
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "roofline.cli", "audit", str(TINY), "--hardware", "h200"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    line = next(l for l in proc.stdout.splitlines() if l.strip().startswith("expected"))
+    assert "the engine's host" in line and line.rstrip().endswith("host-bound)")
+    big = subprocess.run([sys.executable, "-m", "roofline.cli", "audit",
+                          str(ROOT / "tests" / "reference_configs" / "Qwen__Qwen3-8B"), "--hardware", "h200"],
+                         capture_output=True, text=True, timeout=120)
+    assert big.returncode == 0 and "the engine's host" not in big.stdout

@@ -34,7 +34,8 @@ def step_made_of(step) -> str:
         costs = step.costs
         parts.append(f"the engine's host {milliseconds(b.host_s * 1e3)} beyond the GPU's (a step takes at least "
                      f"{milliseconds(step.main.host_s * 1e3)} on the host: {costs.step_host_us:g} us + "
-                     f"{costs.step_host_us_per_request:g} us x {step.main.micro_batch} requests)")
+                     f"{costs.step_host_us_per_request:g} us x {step.main.micro_batch} "
+                     f"request{'s' if step.main.micro_batch != 1 else ''})")
     return " + ".join(parts) + f"; {b.bound}-bound"
 
 
