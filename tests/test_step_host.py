@@ -105,3 +105,15 @@ def test_audit_says_when_the_engine_s_host_sets_the_step():
                           str(ROOT / "tests" / "reference_configs" / "Qwen__Qwen3-8B"), "--hardware", "h200"],
                          capture_output=True, text=True, timeout=120)
     assert big.returncode == 0 and "the engine's host" not in big.stdout
+
+
+def test_without_async_scheduling_the_host_adds_to_the_gpu(tiny):
+    """--no-async-scheduling: vLLM schedules, runs and processes each step in turn, so the host's time adds up."""
+    hardware = get_hardware("h200")
+    overlapped = price_step(tiny, hardware, StepConfig(batch=8, context=256))
+    serial = price_step(tiny, hardware, StepConfig(batch=8, context=256, async_scheduling=False))
+    device_ms = serial.main.device_period_s(True) * 1e3
+    assert serial.step_ms == pytest.approx(device_ms + serial.main.host_s * 1e3)
+    assert overlapped.step_ms == pytest.approx(overlapped.main.host_s * 1e3)
+    assert overlapped.step_ms < serial.step_ms
+    assert serial.breakdown().seconds * 1e3 == pytest.approx(serial.step_ms)

@@ -533,6 +533,7 @@ def _parallel(inventory: Inventory, hardware: Hardware, request: Request,
     links; for --gpus / --boxes the split plan --gpus / --boxes ranks first (advise/scale_out.py) at the
     curve's largest concurrency."""
     mode = {"graphs": False} if request.enforce_eager else {"cudagraph_mode": request.cudagraph_mode}  # as it runs
+    mode["async_scheduling"] = request.async_scheduling is not False
     if request.backend is not None:
         mode["backend"] = request.backend
     if request.speculative_tokens:

@@ -202,7 +202,8 @@ def compare(inputs: list[tuple[str, AuditResult, int | None]], hardware: Hardwar
     if sort == "downloads":
         rows.sort(key=lambda r: -(r.downloads or 0))
     else:
-        rows.sort(key=lambda r: (not r.fits, -r.result.expected_tok_s))
+        # equal speed (each step the engine's host's, say): the one reading fewer bytes a token first
+        rows.sort(key=lambda r: (not r.fits, -r.result.expected_tok_s, r.result.traffic.bytes_per_token))
     for rank, row in enumerate(rows, 1):
         row.rank = rank
     if rows:

@@ -881,7 +881,8 @@ def step_config(deployment: Deployment, inventory: Inventory, hardware: Hardware
                       acceptance_rate=acceptance_rate if spec else 0.7, routing=routing,
                       draft_method=spec.method if spec else "mtp", drafter=drafter_of(deployment, inventory),
                       capture_tokens=capture_tokens(deployment, hardware),
-                      cudagraph_mode=deployment.cudagraph_mode or "full_and_piecewise")
+                      cudagraph_mode=deployment.cudagraph_mode or "full_and_piecewise",
+                      async_scheduling=deployment.async_scheduling is not False)
 
 
 def drafter_of(deployment: Deployment, inventory: Inventory):

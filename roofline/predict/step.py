@@ -116,6 +116,9 @@ class StepConfig:
     # how many of a prompt's tokens route to experts independently (None: data/prefill.toml [routing], real text;
     # 1.0: every token on its own, as random dummy weights route)
     prompt_routing: float | None = None
+    # vLLM's async scheduling (its default on GPUs): the host forms the next step while the GPU runs this one, so
+    # a graph step takes the longer of the two; off (--no-async-scheduling), the host's time adds to the GPU's
+    async_scheduling: bool = True
 
     def scenario(self, batch: int) -> Scenario:
         return Scenario(batch=batch, context=self.context, kv_cache_dtype=self.kv_cache_dtype,
@@ -225,6 +228,7 @@ class ReplicaStep:
     handoff: Collective | None
     traffic: Traffic | None  # of one micro-batch of decodes (None: a step of prompt chunks alone)
     host_s: float = 0.0  # the engine's host time per step (its micro-batches'): with graphs, the step's least time
+    host_overlaps: bool = True  # async scheduling: the host's time overlaps the GPU's (else it adds to it)
 
     def stage_seconds(self, graphs: bool) -> list[float]:
         return [sum(s.seconds(graphs) for s in stage) for stage in self.stages]
@@ -238,7 +242,7 @@ class ReplicaStep:
         return max(self.round_trip_s(graphs), self.micro_batches * (max(self.stage_seconds(graphs)) + hand))
 
     def period_s(self, graphs: bool) -> float:
-        return host_floor(self.device_period_s(graphs), self.host_s, graphs)
+        return host_floor(self.device_period_s(graphs), self.host_s, graphs, self.host_overlaps)
 
     def tok_s(self, graphs: bool) -> float:
         return self.batch * self.tokens_per_sequence / self.period_s(graphs)
@@ -365,7 +369,8 @@ class StepTime:
             stages = [sum(s.seconds(graphs, next(index)) for s in stage) for stage in step.stages]
             hand = step.handoff.seconds_each if step.handoff else 0.0
             period = host_floor(max(sum(stages) + (step.handoff.seconds if step.handoff else 0.0),
-                                    step.micro_batches * (max(stages) + hand)), step.host_s, graphs)
+                                    step.micro_batches * (max(stages) + hand)), step.host_s, graphs,
+                                step.host_overlaps)
             periods.append(period)
             total += step.batch * step.tokens_per_sequence
         if self.config.topology.expert_parallel and len(periods) > 1:
@@ -621,14 +626,16 @@ class StepPricer:
             return self.scale * replica.period_s(self.graphs)
         device = sum(self._counts[(segment.where, segment.layer)] * segment.seconds(self.graphs)
                      for segment in replica.segments)
-        return self.scale * host_floor(device, replica.host_s, self.graphs)
+        return self.scale * host_floor(device, replica.host_s, self.graphs, replica.host_overlaps)
 
 
-def host_floor(device_s: float, host_s: float, graphs: bool) -> float:
-    """A step's time given the engine's host time per step: with CUDA graphs the host forms the next step while
-    the GPU runs this one (async scheduling), so the longer of the two; eager, the fitted host cost per kernel
-    holds it already."""
-    return max(device_s, host_s) if graphs else device_s
+def host_floor(device_s: float, host_s: float, graphs: bool, overlaps: bool = True) -> float:
+    """A step's time given the engine's host time per step: with CUDA graphs and async scheduling the host forms
+    the next step while the GPU runs this one, so the longer of the two; without async scheduling the host's
+    time comes before and after the GPU's; eager, the fitted host cost per kernel holds it already."""
+    if not graphs:
+        return device_s
+    return max(device_s, host_s) if overlaps else device_s + host_s
 
 
 def _signature(segment) -> tuple:
@@ -1058,7 +1065,8 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
                              placement.pp_link.key, placement.pp_link.collective_seconds(hand_bytes, 1.0))
     # the engine's host time: each micro-batch is a step vLLM schedules, of its decodes and the prompt chunks
     host_s = micro_batches * terms.step_host.step_host_s(micro + len(chunks))
-    return ReplicaStep(batch, micro_batches, micro, tokens_per_sequence, stages, handoff, None, host_s)
+    return ReplicaStep(batch, micro_batches, micro, tokens_per_sequence, stages, handoff, None, host_s,
+                       config.async_scheduling)
 
 
 def _tensor_coefficient(hardware: Hardware, compute: str) -> Coefficient:
