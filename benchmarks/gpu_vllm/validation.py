@@ -438,14 +438,18 @@ def load_section() -> list[str]:
               "so the gap is in its prompt-heavy mixed steps (a 1,024-token first token alone is 19% under), and the "
               "queue that follows, with its TTFT, is missed."]
     probe = check["summary"].get("with_host_probe")
-    if probe:
+    probes = [r for r in check["rows"] if r.get("host_probe") and not r["first_run"]]
+    if probe and probes:
+        tpot = sorted(-100 * r["tpot_mean"]["error"] for r in probes)
+        late = sorted(r["ttft_mean"]["measured_ms"] - r["ttft_mean"]["predicted_ms"] for r in probes)
         lines += ["", "The host probe (`qwen3-06b-2l-load`, `benchmarks/results/vllm_h200_host`): Qwen3-0.6B cut to 2 "
                   "layers, whose GPU step is ~0.3 ms, at 10-80 requests/s of 1,024 + 256 tokens. The engine's host time "
                   "per step (`roofline/data/launch.toml` [step_host]) was fitted on the same machine's closed-loop runs "
-                  "with 32-token prompts; under these 1,024-token arrivals its steps took ~1 ms more at the same "
-                  "batch (the time per output token priced 27-57% short) and its first tokens 10-65 ms more: host "
-                  "work of the arrivals and longer contexts the model does not have. With these runs counted, TTFT mean "
-                  f"{100 * probe['ttft_mean']['mean_abs_error']:.1f}%, inter-token latency median "
+                  "(four server starts, ±25% between them); under these arrivals the time per output token is priced "
+                  f"{tpot[0]:.0f}-{tpot[-1]:.0f}% short and the first token {late[0]:.0f}-{late[-1]:.0f} ms early: "
+                  "host work beside the step (each arriving request's, ~3-5 ms of it serial: a burst of N closed-loop "
+                  "requests gets its first tokens over N x 3-5 ms) that the model does not have. With these runs "
+                  f"counted, TTFT mean {100 * probe['ttft_mean']['mean_abs_error']:.1f}%, inter-token latency median "
                   f"{100 * probe['itl_median']['mean_abs_error']:.1f}%, time per output token "
                   f"{100 * probe['tpot_mean']['mean_abs_error']:.1f}%, end-to-end "
                   f"{100 * probe['e2el_mean']['mean_abs_error']:.1f}%."]
