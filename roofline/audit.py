@@ -12,7 +12,7 @@ from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory
 from roofline.model.limits import check_max_model_len
 from roofline.model.roles import roles_where
-from roofline.predict.bands import Band, band_for, band_json
+from roofline.predict.bands import Band, band_for, band_json, step_regime
 from roofline.predict.graphs import cuda_graph_summary
 from roofline.predict.hardware import Hardware
 from roofline.predict.first_token import FirstToken
@@ -107,8 +107,9 @@ class AuditResult:
 
     def band(self, graphs: bool | None = None) -> Band | None:
         """The validated error band of the expected tok/s (None: no validation for this class)."""
+        own_mode = graphs is None or graphs == self.step.config.graphs
         return band_for(self.inventory, self.hardware, self.step.config.graphs if graphs is None else graphs,
-                        self.step.config.batch)
+                        self.step.config.batch, step_regime(self.step) if own_mode else "")
 
     def to_json(self) -> dict:
         inv, shape, hw, t = self.inventory, self.inventory.shape, self.hardware, self.traffic

@@ -117,3 +117,26 @@ def test_without_async_scheduling_the_host_adds_to_the_gpu(tiny):
     assert overlapped.step_ms == pytest.approx(overlapped.main.host_s * 1e3)
     assert overlapped.step_ms < serial.step_ms
     assert serial.breakdown().seconds * 1e3 == pytest.approx(serial.step_ms)
+
+
+def test_a_host_set_step_prints_the_host_regime_s_band(tiny):
+    """A step the engine's host time sets takes the band of such steps (every family's, held out), not its
+    family's: the host's speed, not the model, is what is uncertain there (validation.toml regime "host")."""
+    from roofline.predict.bands import HOST_REGIME, band_for, step_regime
+    from roofline.predict.traffic import Scenario
+    from roofline.audit import run_audit
+
+    hardware = get_hardware("h200")
+    short = run_audit(tiny, Scenario(batch=1, context=256), hardware)
+    assert step_regime(short.step) == HOST_REGIME
+    band = short.band()
+    assert band.regime == HOST_REGIME and "host time sets" in band.text()
+    table = next(e for e in load_table("validation")["band"] if e.get("regime") == HOST_REGIME)
+    assert band.error == pytest.approx(table["error"]) and table["basis"] == "out of sample"
+    # the same family's device-set step keeps its family's band
+    dense = load_inventory(str(ROOT / "tests" / "reference_configs" / "Qwen__Qwen3-8B"))
+    long = run_audit(dense, Scenario(batch=1, context=1024), hardware)
+    assert step_regime(long.step) == "" and long.band().regime == "" and long.band().family == "dense"
+    assert long.band().error < band.error
+    # eager steps are their family's (the fitted host cost per kernel holds the host's time)
+    assert band_for(tiny, hardware, graphs=False, regime=step_regime(short.step)).mode == "eager"

@@ -150,6 +150,10 @@ def build() -> tuple[str, str]:
         "pooled class (the GPU's mode), never less than its own worst point, as marked. Coverage: how many of the",
         "class's own left-out errors the band holds. Eager bands are wide: the host's own speed moved the same case by up",
         "to 40% between two machine starts, and a MoE or Mamba layer's Python is learnt from one architecture each.",
+        "A graph step whose GPU time is under 1.25x the engine's host time per step (`roofline/data/launch.toml`",
+        "[step_host]) is the host's: those points, of every family, are one class (\"any, host-set steps\"), whose band",
+        "a step the tool prices in that regime prints (`predict/bands.step_regime`); the host's speed moved one batch's",
+        "step up to 1.6x between two server starts on one machine. Points: fitted and held out.",
         "",
         "| GPU | vLLM | mode | family | points | in sample mean / max | model out mean / max | family out mean / max | "
         "held out mean / max | band | coverage | basis |",
@@ -160,7 +164,16 @@ def build() -> tuple[str, str]:
         "# do not edit. One [[band]] per validated class: GPU x graph mode x model family.",
         "",
     ]
-    classes = sorted({(r.mode, families[r.config]) for r in in_fit + held}, key=lambda k: (k[0] != "graphs", k[1]))
+    from roofline.predict.bands import HOST_EXPOSED, HOST_REGIME, regime_of
+
+    def regime(r) -> str:  # the host's regime: the step's device time under HOST_EXPOSED x the host's per step
+        return regime_of(r.device_s(model.efficiency, model.floor_for(r), model.utilization), r.host_floor_s,
+                         r.mode == "graphs")
+
+    def family_class(r) -> str:  # the host regime's steps pooled over the families
+        return "any" if regime(r) else families[r.config]
+
+    classes = sorted({(r.mode, family_class(r)) for r in in_fit + held}, key=lambda k: (k[0] != "graphs", k[1] == "any", k[1]))
     versions = ", ".join(sorted({r.vllm_version for r in rows}))
     def out_of_sample(mode: str) -> list[float]:
         members = [r for r in in_fit if r.mode == mode]
@@ -172,29 +185,31 @@ def build() -> tuple[str, str]:
         return f"{100 * statistics.mean(map(abs, values)):.1f}% / {100 * max(map(abs, values)):.0f}%" if values else "-"
 
     for mode, family in classes:
-        members = [r for r in in_fit if r.mode == mode and families[r.config] == family]
-        fitted = [abs(model.predict_ms(r) / r.measured_ms - 1) for r in members] or [math.nan]
+        members = [r for r in in_fit if r.mode == mode and family_class(r) == family]
+        fitted = [abs(model.predict_ms(r) / r.measured_ms - 1) for r in members]
         left = [held_out[id(r)] for r in members if id(r) in held_out]
         whole = [family_out[id(r)] for r in members if id(r) in family_out]
         later = [model.predict_ms(r) / r.measured_ms - 1 for r in held
-                 if r.mode == mode and families[r.config] == family]
+                 if r.mode == mode and family_class(r) == family]
         own = left + whole + later
         basis = "out of sample" if own else "in sample"
         if own:
             band, why = band_of(own, [(f"{hardware.key.upper()} {mode}", out_of_sample(mode))])
         else:
             band, why = _ceil(max(fitted)), "in sample: no left-out point"
-        lines.append(f"| {hardware.key.upper()} | {versions} | {mode} | {family} | {len(members)} | "
+        shown = f"any, host-set steps" if family == "any" else family
+        lines.append(f"| {hardware.key.upper()} | {versions} | {mode} | {shown} | {len(members) + len(later)} | "
                      f"{stats(fitted)} | {stats(left)} | {stats(whole)} | {stats(later)} | "
                      f"±{100 * band:.0f}% | {coverage(own, band)} | {why} |")
         toml += ["[[band]]", f'hardware = "{hardware.key}"', f'compute_capability = "{hardware.compute_capability}"',
                  f'vllm_version = "{versions}"', f'mode = "{mode}"', f'family = "{family}"',
-                 f"points = {len(members)}", f"error = {band:.2f}", f'basis = "{basis}"',
+                 f"points = {len(members) + len(later)}", f"error = {band:.2f}", f'basis = "{basis}"',
                  "formats = [" + ", ".join(f'"{f}"' for f in sorted({formats[(r.config, r.quantization)].split(" ")[0]
-                                                                       for r in members})) + "]",
+                                                                       for r in members + [
+                     h for h in held if h.mode == mode and family_class(h) == family]})) + "]",
                  "layouts = [" + ", ".join(f'"{x}"' for x in sorted({x for r in members + [
-                     h for h in held if h.mode == mode and families[h.config] == family] for x in layout[r.config]}))
-                 + "]"]
+                     h for h in held if h.mode == mode and family_class(h) == family] for x in layout[r.config]}))
+                 + "]"] + ([f'regime = "{HOST_REGIME}"'] if family == "any" else [])
         toml += ["host_measured = true", ""] if mode == "eager" else [""]
     lines += [
         "",

@@ -18,7 +18,7 @@ from roofline.data import load_table
 from roofline.errors import RooflineError
 from roofline.model.architecture import config_int, text_config
 from roofline.model.inventory import Inventory
-from roofline.predict.bands import band_for, band_json
+from roofline.predict.bands import band_for, band_json, step_regime
 from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
 from roofline.predict.launch import graphs_apply
@@ -511,7 +511,10 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                     recommended_kv_cache_memory_bytes=recommended, notes=notes,
                     kv_cache_dtype_resolved=traffic_kv.kv_dtype, slo=slo,
                     band=band_json(band_for(inventory, hardware, graphs=not request.enforce_eager,
-                                            batch=max(request.concurrency))),
+                                            batch=max(request.concurrency),
+                                            regime=step_regime(step_pricer(inventory, hardware, context, kv_name,
+                                                                           request.routing, parallel)(
+                                                max(request.concurrency))))),
                     split=split, replicas=topology.dp, server=server)
 
 

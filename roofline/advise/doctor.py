@@ -27,7 +27,7 @@ from roofline.model.grouping import short_label
 from roofline.model.inventory import Inventory
 from roofline.predict.backends import backend_named, backends_for
 from roofline.predict.deployment import Deployment
-from roofline.predict.bands import band_for
+from roofline.predict.bands import band_for, step_regime
 from roofline.predict.hardware import Hardware
 from roofline.predict.launch import graphs_apply
 from roofline.predict.serving import Serving
@@ -50,6 +50,7 @@ class Prediction:
     bytes_per_token: float
     traffic: Traffic
     timing: str  # how the time was modelled
+    regime: str = ""  # bands.step_regime: "host" where the engine's host time per step sets the step
 
 
 @dataclass
@@ -105,7 +106,8 @@ def predict(inventory: Inventory, hardware: Hardware, serving: Serving) -> Predi
         timing = f"tensor parallel x{serving.tp} over {step.placement.tp_link.name}, {timing}"
     if extra:
         timing += f", + {extra / 1e9:.3g} GB/token of emulated dequantization"
-    return Prediction(step.tok_s, step.ceiling_tok_s, traffic.bytes_per_token + extra, traffic, timing)
+    return Prediction(step.tok_s, step.ceiling_tok_s, traffic.bytes_per_token + extra, traffic, timing,
+                      step_regime(step))
 
 
 # --------------------------------------------------------------------------- causes
@@ -267,7 +269,7 @@ def diagnose(inventory: Inventory, hardware: Hardware, serving: Serving, measure
     if measured_tok_s is None:
         verdict = "not measured: the prediction and the causes stand on what the server reported"
     else:
-        band = band_for(inventory, hardware, graphs=serving.graphs and graphs_apply(hardware))
+        band = band_for(inventory, hardware, graphs=serving.graphs and graphs_apply(hardware), regime=here.regime)
         judged = verdict_of(measured_tok_s, here.ceiling_tok_s, here.tok_s, band.error if band else None)
         verdict = (f"{judged.text}: measured {measured_tok_s:.1f} tok/s is {100 * measured_tok_s / here.tok_s:.0f}% "
                    f"of the {here.tok_s:.1f} tok/s this configuration allows (ceiling {here.ceiling_tok_s:.1f})")

@@ -1,7 +1,9 @@
 """How far a predicted tok/s is to be trusted: the error band of the nearest validated class
 (roofline/data/validation.toml, generated with docs/VALIDATION.md from the real-vLLM measurements by
 benchmarks/gpu_vllm/validation.py). A class is a GPU, a graph mode and a model family (on GB10 also the
-weight format and one stream or several); the band is the error that covers 90% of the step model's errors
+weight format and one stream or several), and in graph mode the regime of the step: a step whose GPU time is
+shorter than HOST_EXPOSED x the engine's host time per step is the host's (its speed moved one batch's step 1.6x
+between two server starts on one machine), pooled over the families in one class of its own; the band is the error that covers 90% of the step model's errors
 on that class's points with each model (and, on the H200, each model family) left out of the fit in turn and on
 held-out cases -- a class with fewer than 5 such points takes the quantile of its pooled class, never less than
 its own worst point -- or in sample where no point was left out, as the table says.
@@ -20,6 +22,23 @@ from roofline.model.inventory import Inventory
 from .backends import weight_family
 from .hardware import Hardware
 from .launch import graphs_apply
+
+
+# a graph step whose device time is under this many times the engine's host time per step is in the host's regime
+HOST_EXPOSED = 1.25  # the host time per step moved up to ~25% between server starts (step_host.py)
+HOST_REGIME = "host"  # validation.toml [[band]] regime of such steps (pooled over families: family "any")
+
+
+def regime_of(device_s: float, host_s: float, graphs: bool) -> str:
+    """The step's regime: "host" where the engine's host time per step sets or shares its pace, else ""."""
+    return HOST_REGIME if graphs and host_s > 0 and device_s < HOST_EXPOSED * host_s else ""
+
+
+def step_regime(step) -> str:
+    """A priced step's (predict/step.StepTime) regime, at its own graph mode."""
+    main = step.main
+    graphs = step.config.graphs
+    return regime_of(main.device_period_s(graphs), main.host_s, graphs)
 
 
 def model_family(inventory: Inventory) -> str:
@@ -54,6 +73,7 @@ class Band:
     widened: tuple[tuple[str, float], ...] = ()  # (why, by how much) added to the class's error
     reference: str = "docs/VALIDATION.md"  # where the class's points are: the table's, or a calibrated entry's file
     note: str = ""  # e.g. which class a calibrated entry never measured, where the band comes from elsewhere
+    regime: str = ""  # "host": the class of steps the engine's host time sets (HOST_EXPOSED)
 
     @property
     def class_error(self) -> float:
@@ -75,8 +95,12 @@ class Band:
                     f"{self.mode} class measured on {self.validated_on.upper()}, widened for {why}; "
                     f"{self.reference})" + (f"; {self.note}" if self.note else ""))
         streams = f", {self.streams} stream{'s' if self.streams != '1' else ''}" if self.streams else ""
-        text = (f"±{100 * self.error:.0f}% ({where}, vLLM {self.vllm_version}, {self.mode}{streams}, {self.points} "
-                f"{self.family} points in {', '.join(self.formats)}")
+        if self.regime == HOST_REGIME:
+            text = (f"±{100 * self.error:.0f}% ({where}, vLLM {self.vllm_version}, {self.mode}, a step the engine's "
+                    f"host time sets: {self.points} such points of every family")
+        else:
+            text = (f"±{100 * self.error:.0f}% ({where}, vLLM {self.vllm_version}, {self.mode}{streams}, {self.points} "
+                    f"{self.family} points in {', '.join(self.formats)}")
         if self.widened:
             text += f": ±{100 * self.class_error:.0f}% there, " + ", ".join(
                 f"+{100 * by:.0f}% {why}" for why, by in self.widened)
@@ -90,6 +114,7 @@ class Band:
                 "formats": list(self.formats), "streams": self.streams, "class_error": self.class_error,
                 "widened": [{"why": why, "by": by} for why, by in self.widened],
                 "reference": self.reference, "note": self.note, "says_nothing": self.says_nothing,
+                "regime": self.regime,
                 "text": self.text()}
 
 
@@ -120,16 +145,16 @@ def _best(entries: list[dict], fmt: str, batch: int) -> dict | None:
     return max(entries, key=lambda e: e["error"]) if entries else None
 
 
-def band_for(inventory: Inventory, hardware: Hardware, graphs: bool, batch: int = 1) -> Band | None:
-    """The band of the class (hardware, mode, family, format, streams); else of the same mode and family on a
-    validated GPU of the same architecture generation (compute capability major), else on any validated
-    GPU, either widened by the transfer error; in eager mode off the measured host, widened by the host spread.
-    None: no class of this family and mode was validated anywhere."""
+def band_for(inventory: Inventory, hardware: Hardware, graphs: bool, batch: int = 1, regime: str = "") -> Band | None:
+    """The band of the class (hardware, mode, family, format, streams, regime: step_regime of the priced step);
+    else of the same mode and family on a validated GPU of the same architecture generation (compute capability
+    major), else on any validated GPU, either widened by the transfer error; in eager mode off the measured host,
+    widened by the host spread. None: no class of this family and mode was validated anywhere."""
     family, mode = model_family(inventory), "graphs" if graphs else "eager"
     own = _calibrated_band(hardware, family, mode)
     if own is not None:
         return own
-    band = _table_band(inventory, hardware, family, mode, batch)
+    band = _table_band(inventory, hardware, family, mode, batch, regime)
     if band is not None and hardware.bands:  # a calibrated entry that never ran this class says so
         band = replace(band, note=f"{hardware.key} was calibrated on "
                                   f"{', '.join(f'{b.family} {b.mode}' for b in hardware.bands)}, never {family} {mode}")
@@ -155,10 +180,14 @@ def _calibrated_band(hardware: Hardware, family: str, mode: str) -> Band | None:
                 ("bf16",), reference=f"calibrate --engine vllm, {hardware.origin}")
 
 
-def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str, batch: int) -> Band | None:
+def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str, batch: int,
+                regime: str = "") -> Band | None:
     graphs = mode == "graphs"
     table = load_table("validation")
-    entries = [e for e in table.get("band", []) if e["family"] == family and e["mode"] == mode]
+    bands = table.get("band", [])
+    # a step the host's time sets takes the host regime's class (every family's such points) where one was measured
+    entries = [e for e in bands if e.get("regime", "") == regime and regime and e["mode"] == mode] or \
+        [e for e in bands if e["family"] == family and e["mode"] == mode and not e.get("regime")]
     fmt = inventory.main_format()
     exact = [e for e in entries if e["hardware"] == hardware.key]
     generation = (hardware.compute_capability or "").split(".")[0]
@@ -184,7 +213,7 @@ def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str
                         spread["error"]))
     return Band(chosen["error"] + sum(by for _, by in widened), family, mode, chosen["hardware"], bool(exact),
                 chosen["points"], chosen["vllm_version"], chosen["basis"], tuple(chosen["formats"]),
-                chosen.get("streams", ""), tuple(widened))
+                chosen.get("streams", ""), tuple(widened), regime=chosen.get("regime", ""))
 
 
 def spread(error: float) -> str:
