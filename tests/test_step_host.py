@@ -140,3 +140,19 @@ def test_a_host_set_step_prints_the_host_regime_s_band(tiny):
     assert long.band().error < band.error
     # eager steps are their family's (the fitted host cost per kernel holds the host's time)
     assert band_for(tiny, hardware, graphs=False, regime=step_regime(short.step)).mode == "eager"
+
+
+def test_plan_prices_and_prints_no_async_scheduling():
+    """plan --no-async-scheduling: every row priced with the host's time after the GPU's, and its serve line says so."""
+    import subprocess
+
+    def plan(*flags):
+        proc = subprocess.run([sys.executable, "-m", "roofline.cli", "plan", str(TINY), "--hardware", "h200", "--json",
+                               *flags], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["recommendations"]
+
+    overlapped, serial = plan(), plan("--no-async-scheduling")
+    assert serial[0]["single_stream_tok_s"] < overlapped[0]["single_stream_tok_s"]
+    assert all("--no-async-scheduling" in r["serve_command"] for r in serial)
+    assert not any("async-scheduling" in r["serve_command"] for r in overlapped)

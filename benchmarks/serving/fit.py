@@ -386,7 +386,7 @@ def _row(device: dict, where: str, kind: str, source: str) -> str:
 
 
 SCAN_HOST_SOURCE = ("measured and scaled: the host's time of vLLM 0.26.0's chunked-scan kernels alone, called as vLLM "
-                    "calls them for 512- and 1,024-token prompts on the lent GPUs' x86 hosts (GDN {gdn} us, Mamba2 "
+                    "calls them for 512- and 1,024-token prompts on the x86 hosts of roofline's H100 / H200 benchmark runs (GDN {gdn} us, Mamba2 "
                     "{mamba} us a layer; benchmarks/serving/kernel_rates.py -> kernel_rates.json), times {scale} for "
                     "the rest of the mixer launched beside them outside the graphs (its causal conv, gating, norms and "
                     "metadata), fitted to the first tokens of the H200's two hybrids (benchmarks/serving/fit.py)")

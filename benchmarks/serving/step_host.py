@@ -32,8 +32,8 @@ from roofline.data import load_table  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "vllm_h200_host"
 CASES = ("qwen3-06b-2l", "qwen3-06b-2l-load", "qwen3-06b-2l-ctx1k", "qwen3-06b-2l-ctx3k")  # one server start each
-SOURCE = ("measured: vLLM 0.26.0 served (`vllm serve`, CUDA graphs, async scheduling) on the H200 box's x86 host "
-          "(16 cores), Qwen3-0.6B cut to 2 layers (a GPU step of ~0.3 ms) under `vllm bench serve --max-concurrency "
+SOURCE = ("measured: vLLM 0.26.0 served (`vllm serve`, CUDA graphs, async scheduling) on the x86 host (16 cores) "
+          "of roofline's H200 benchmark runs, Qwen3-0.6B cut to 2 layers (a GPU step of ~0.3 ms) under `vllm bench serve --max-concurrency "
           "N`, N = 1-256, prompts of 32-3,072 tokens and 256 tokens out, four server starts (one batch took up to 1.6x "
           "longer on one start than another): the time per output token is the host's step "
           "(benchmarks/serving/step_host.py -> benchmarks/results/vllm_h200_host, 2026-11-27)")

@@ -142,6 +142,7 @@ def plan_workload(deployment: Deployment, acceptance_rate: float) -> dict:
         raise RooflineError("plan simulates the model's own formats: a draft checkpoint (eagle / draft_model) is "
                             "priced by audit, capacity and preflight")
     fixed = {"graphs": not deployment.eager, "cudagraph_mode": deployment.cudagraph_mode or "full_and_piecewise",
+             "async_scheduling": deployment.async_scheduling is not False,
              "backend_names": tuple(n for n in (deployment.linear_backend, deployment.moe_backend) if n)}
     if spec is not None:
         fixed |= {"speculative_config": json.dumps({"method": spec.method, "num_speculative_tokens": spec.tokens}),

@@ -93,7 +93,8 @@ def plan_load(asked) -> PlanLoad | None:
 
 def row_request(load: PlanLoad, *, context: int, kv_cache_dtype: str, backend, tp: int, link: str | None,
                 graphs: bool, speculative_tokens: int, acceptance_rate: float,
-                gpu_memory_utilization: float | None, cudagraph_mode: str = "full_and_piecewise") -> Request:
+                gpu_memory_utilization: float | None, cudagraph_mode: str = "full_and_piecewise",
+                async_scheduling: bool = True) -> Request:
     """The capacity Request of one plan row: the row's serve line (--max-model-len = the plan's context, its
     KV dtype, backend, TP, eager or graphs, speculation) and the load's request lengths."""
     a = load.arrivals
@@ -105,7 +106,7 @@ def row_request(load: PlanLoad, *, context: int, kv_cache_dtype: str, backend, t
     return Request(max_model_len=context, kv_cache_dtype=kv_cache_dtype, concurrency=(1,),
                    prompt_len=a.prompt_len, output_len=a.output_len, tp=tp, link=link, enforce_eager=not graphs, cudagraph_mode=cudagraph_mode,
                    backend=backend, speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
-                   gpu_memory_utilization=gpu_memory_utilization)
+                   gpu_memory_utilization=gpu_memory_utilization, async_scheduling=async_scheduling)
 
 
 def row_load(inventory: Inventory, hardware: Hardware, request: Request, load: PlanLoad) -> RowLoad:

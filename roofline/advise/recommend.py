@@ -59,6 +59,7 @@ class Workload:
     # speculation (vLLM's --speculative-config JSON and the per-token acceptance), backends asked for
     graphs: bool = True
     cudagraph_mode: str = "full_and_piecewise"  # vLLM's CUDA-graph mode (step.StepConfig.cudagraph_mode)
+    async_scheduling: bool = True  # vLLM's --async-scheduling (step.StepConfig.async_scheduling)
     speculative_config: str | None = None
     speculative_tokens: int = 0
     acceptance_rate: float = 0.7
@@ -144,7 +145,7 @@ def row_config(workload: "Workload", backend: Backend | None, kv: str, hardware:
         topology, placement = Topology(tp=workload.tp), tensor_parallel_placement(hardware, workload.tp, workload.link)
     return StepConfig(batch=batch, context=workload.context, kv_cache_dtype=kv, backend=backend,
                       topology=topology, placement=placement, routing=workload.routing, graphs=workload.graphs,
-                      cudagraph_mode=workload.cudagraph_mode,
+                      cudagraph_mode=workload.cudagraph_mode, async_scheduling=workload.async_scheduling,
                       speculative_tokens=workload.speculative_tokens, acceptance_rate=workload.acceptance_rate)
 
 
@@ -309,7 +310,8 @@ def _under_load(sim: Inventory, hardware: Hardware, workload: Workload, rec: Rec
     request = row_request(workload.load, context=workload.context, kv_cache_dtype=rec.kv_cache_dtype,
                           backend=rec.backend, tp=workload.tp, link=workload.link, graphs=workload.graphs,
                           speculative_tokens=workload.speculative_tokens, acceptance_rate=workload.acceptance_rate,
-                          gpu_memory_utilization=utilization, cudagraph_mode=workload.cudagraph_mode)
+                          gpu_memory_utilization=utilization, cudagraph_mode=workload.cudagraph_mode,
+                          async_scheduling=workload.async_scheduling)
     out = row_load(sim, hardware, request, workload.load)
     rec.reasons.insert(0, _load_reason(workload.load, out))
     return out
@@ -433,6 +435,8 @@ def _evaluate(base: Inventory, sim: Inventory, traffic1: Traffic, hardware: Hard
     flags += parallel_flags(config.topology, boxes) if workload.tp > 1 else []
     if not workload.graphs:
         flags.append("--enforce-eager")
+    if not workload.async_scheduling:  # priced so: the engine's host time after the GPU's
+        flags.append("--no-async-scheduling")
     if workload.speculative_config:
         flags.append(f"--speculative-config={workload.speculative_config}")
     rec.flags = flags

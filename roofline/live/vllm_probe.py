@@ -1,6 +1,6 @@
 """One case of real vLLM, offline and weightless: decode step time and vLLM's own start-up figures, as
 JSON. A process of its own per case: `roofline calibrate --engine vllm` starts it with the user's vLLM
-(roofline/live/engine_calibrate.py), the GPU harness on a rented GPU the same way
+(roofline/live/engine_calibrate.py), the GPU harness on an H100 / H200 the same way
 (benchmarks/gpu_vllm/run_probe.sh). Imports nothing of roofline beyond the standard library, so that
 it runs wherever vLLM does.
 

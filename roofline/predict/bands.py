@@ -2,8 +2,9 @@
 (roofline/data/validation.toml, generated with docs/VALIDATION.md from the real-vLLM measurements by
 benchmarks/gpu_vllm/validation.py). A class is a GPU, a graph mode and a model family (on GB10 also the
 weight format and one stream or several), and in graph mode the regime of the step: a step whose GPU time is
-shorter than HOST_EXPOSED x the engine's host time per step is the host's (its speed moved one batch's step 1.6x
-between two server starts on one machine), pooled over the families in one class of its own; the band is the error that covers 90% of the step model's errors
+shorter than HOST_EXPOSED x the engine's host time per step is the host's (its speed moved one batch's step up to
+1.6x between two `vllm serve` starts on one host: benchmarks/results/vllm_h200_host, benchmarks/serving/step_host.py),
+pooled over the families in one class of its own; the band is the error that covers 90% of the step model's errors
 on that class's points with each model (and, on the H200, each model family) left out of the fit in turn and on
 held-out cases -- a class with fewer than 5 such points takes the quantile of its pooled class, never less than
 its own worst point -- or in sample where no point was left out, as the table says.
