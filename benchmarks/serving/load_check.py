@@ -79,10 +79,11 @@ def main() -> int:
         pricer = s.pricer
         pricer.config = replace(pricer.config, prompt_routing=1.0)  # dummy weights: each token routes on its own
         result = serve(s, trace(run))
+        stall = stall_s(run)
         row = {"case": case, "file": name, "rate": run["request_rate"], "first_run": name in WARM_FIRST,
-               "host_probe": case in HOST_PROBES, "stall_s": stall_s(run),
-               "stalled": stall_s(run) > STALL_S and name not in WARM_FIRST,
-               "before_stall": before_stall(run, result) if stall_s(run) > STALL_S else None,
+               "host_probe": case in HOST_PROBES, "stall_s": stall,
+               "stalled": stall > STALL_S and name not in WARM_FIRST,
+               "before_stall": before_stall(run, result) if stall > STALL_S else None,
                "measured_throughput": run["request_throughput"], "predicted_throughput": result.request_throughput}
         for key, ours in METRICS:
             stat = getattr(result, ours)

@@ -17,7 +17,7 @@ import numpy as np
 from roofline.model.inventory import Inventory
 from roofline.predict.bands import model_family
 from roofline.predict.hardware import Hardware
-from roofline.predict.step import StepConfig, price_step
+from roofline.predict.step import StepConfig, host_floor, price_step
 
 # how vLLM's dummy weights route a MoE's tokens, by model_type: its loader fills every parameter with small
 # uniform noise; a softmax router (Qwen3-MoE, Mixtral) then picks experts by tiny token-dependent logit
@@ -68,7 +68,8 @@ class Row:
         """The graph step: the device's, or the engine's host time per step where that is longer (async
         scheduling: predict/step.host_floor); `weight_gbps` / `gemm_utilization` replace the table's for the
         backend's weights and GEMMs."""
-        return max(self.device_s(efficiency, floor_us, utilization, weight_gbps, gemm_utilization), self.host_floor_s)
+        return host_floor(self.device_s(efficiency, floor_us, utilization, weight_gbps, gemm_utilization),
+                          self.host_floor_s, graphs=True)
 
     def device_s(self, efficiency: float, floor_us: float, utilization: float,
                  weight_gbps: float | None = None, gemm_utilization: float | None = None) -> float:
