@@ -245,6 +245,6 @@ def first_token_of(inventory: Inventory, hardware: Hardware, config: StepConfig,
         return None
     deployment = deployment or Deployment()
     if config.graphs and config.capture_tokens is None:
-        config = replace(config, capture_tokens=capture_tokens(deployment, hardware))
+        config = replace(config, capture_tokens=capture_tokens(deployment, hardware, inventory.shape.architecture))
     pricer = StepPricer(inventory, hardware, replace(config, batch=1, chunks=()))
     return first_token(pricer, scheduler_settings(deployment, hardware), prompt, request_overhead_s(hardware))

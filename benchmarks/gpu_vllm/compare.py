@@ -22,6 +22,12 @@ RESULTS = REPO / "benchmarks" / "results" / "vllm_h200"
 ACTIVATION = REPO / "benchmarks" / "results" / "vllm_h200_activation"
 # start-up only: DeepSeek-V3 (MLA, 256 experts) at 2048-16384 batched tokens, hybrids with an FP8 KV cache
 STARTUP = REPO / "benchmarks" / "results" / "vllm_h200_startup"
+# start-up only at `vllm serve`'s budget (8,192 tokens, 1,024 sequences): the profile run's allocations traced
+# (--memory-trace), and full-size MoE / hybrid models at an H100's memory (0.5211 x the H200's 139.8 GiB = 0.92 x
+# 79.18 GiB)
+MEMORY = REPO / "benchmarks" / "results" / "vllm_h200_memory"
+# the H100 runs' start-ups (gpt-oss-20b, Qwen3-Next cut to 12 layers without its MTP drafts)
+H100 = [REPO / "benchmarks" / "results" / "vllm_h100_gptoss", REPO / "benchmarks" / "results" / "vllm_h100_mtp"]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -35,6 +41,15 @@ def engine_from_log(log: Path) -> dict:
     return {"max_num_batched_tokens": int(match.group(1))} if match else {}
 
 
+def graph_estimate(log: Path) -> dict:
+    """The CUDA-graph memory vLLM estimated and subtracted before the KV cache ("Estimated CUDA graph memory: X GiB
+    total"; the V2 runner logs none and subtracts none), for results whose JSON did not record it."""
+    import re
+
+    match = re.search(r"Estimated CUDA graph memory: ([\d.]+) GiB", log.read_text()) if log.exists() else None
+    return {"cuda_graph_estimate_gib": float(match.group(1))} if match else {}
+
+
 def compared(folder: Path = RESULTS) -> tuple[list, list]:
     """(decode rows, KV rows): every result beside the step model's and capacity's figures for it."""
     from roofline.advise.capacity import Request, capacity
@@ -45,9 +60,9 @@ def compared(folder: Path = RESULTS) -> tuple[list, list]:
 
     from fit import results
 
-    hardware = get_hardware("h200")
     decode_rows, kv_rows = [], []
     for path, result, inventory, routing in results(folder):
+        hardware = get_hardware("h100-sxm" if "H100" in result.get("gpu", "") else "h200")
         graphs = result["mode"] == "graphs"
         for row in result["decode"]:
             step = price_step(inventory, hardware, StepConfig(batch=row["batch"], context=row["context"],
@@ -56,10 +71,12 @@ def compared(folder: Path = RESULTS) -> tuple[list, list]:
                                 step.breakdown().bound))
         startup = result.get("startup") or {}
         engine = result.get("engine") or engine_from_log(path.with_suffix(".log"))
-        if "kv_tokens" in startup and result["decode"][0]["context"] <= 1024:
+        if "kv_tokens" in startup and result["decode"][0]["context"] <= 1024 and not result.get("speculative_config"):
             kv_dtype = result.get("kv_cache_dtype") or "auto"
-            request = Request(max_model_len=result["max_model_len"], max_num_seqs=max(r["batch"] for r in result["decode"]),
+            request = Request(max_model_len=result["max_model_len"],
+                              max_num_seqs=engine.get("max_num_seqs") or max(r["batch"] for r in result["decode"]),
                               max_num_batched_tokens=engine.get("max_num_batched_tokens"),
+                              gpu_memory_utilization=engine.get("gpu_memory_utilization"),
                               enforce_eager=result["mode"] == "eager", kv_cache_dtype=kv_dtype,
                               prefix_caching=False)  # the probe runs vLLM with enable_prefix_caching=False
             try:
@@ -67,7 +84,8 @@ def compared(folder: Path = RESULTS) -> tuple[list, list]:
                 held = deployed_inventory(inventory, Deployment(kv_cache_dtype=kv_dtype))
                 ours = capacity(held, hardware, request)
                 terms = {t.name: t.bytes / 2**30 for t in ours.memory_terms}
-                kv_rows.append((path.stem, startup["kv_tokens"], ours.kv.tokens, startup, terms))
+                kv_rows.append((path.stem, startup["kv_tokens"], ours.kv.tokens,
+                                startup | graph_estimate(path.with_suffix(".log")), terms))
             except Exception as exc:  # noqa: BLE001 - a refusal is a row too
                 kv_rows.append((path.stem, startup["kv_tokens"], None, startup, {"error": str(exc)}))
     return decode_rows, kv_rows
@@ -88,7 +106,8 @@ def main() -> int:
                   f"over {len(values)} points")
     print()
     print("KV cache tokens at start-up: vLLM's log vs roofline capacity (same max_model_len, max_num_seqs, "
-          "max_num_batched_tokens), and the memory terms (GiB)")
+          "max_num_batched_tokens), and the memory terms (GiB; graphs: the CUDA-graph memory vLLM estimated and "
+          "subtracted)")
     print_kv(kv_rows)
     print()
     print("the same at other token budgets (max_num_batched_tokens in the name; 'default': vLLM's, 4096 here)")
@@ -96,6 +115,13 @@ def main() -> int:
     print()
     print("MLA and 256 experts at 2048-16384 batched tokens (t<N> in the name), hybrids with an FP8 KV cache")
     print_kv(compared(STARTUP)[1])
+    print()
+    print("at vllm serve's budget (8,192 tokens, 1,024 sequences; *-h100budget: an H100's memory, 0.5211 of the "
+          "H200's), the profile run traced where named *-trace")
+    print_kv(compared(MEMORY)[1])
+    print()
+    print("on an H100 (vLLM 0.26.0, offline)")
+    print_kv([row for folder in H100 for row in compared(folder)[1]])
     return 0
 
 
@@ -108,7 +134,7 @@ def print_kv(kv_rows: list) -> None:
             continue
         print(f"{name:24}{theirs:>13,}{ours:>11,}{100 * (ours / theirs - 1):>+7.1f}%   "
               f"{startup.get('activation_peak_gib', 0):.2f} / {startup.get('non_torch_gib', 0):.2f} / "
-              f"{startup.get('cuda_graph_gib', 0):.2f}"
+              f"{startup.get('cuda_graph_estimate_gib', 0):.2f}"
               f"{'':>13}{terms.get('activation_peak', 0):.2f} / {terms.get('non_torch', 0):.2f} / "
               f"{terms.get('cuda_graphs', 0):.2f}")
 

@@ -228,7 +228,7 @@ def build() -> tuple[str, str]:
     gb10_lines, gb10_toml = gb10_section()
     transfer = transfer_error(model)
     spread = host_spread(rows)
-    lines += gb10_lines + first_token_section() + load_section() + [
+    lines += gb10_lines + first_token_section() + load_section() + kv_tokens_section() + [
         "",
         "## Off the validated GPUs and hosts",
         "",
@@ -342,6 +342,44 @@ SERVING = REPO / "benchmarks" / "serving"
 def _errors(values) -> str:
     values = list(values)
     return f"{100 * statistics.fmean(abs(e) for e in values):.1f}% / {100 * max(values, key=abs):+.0f}%"
+
+
+def kv_tokens_section() -> list[str]:
+    """KV cache tokens at start-up: `roofline capacity` for each engine the project started against the line vLLM
+    logged (benchmarks/gpu_vllm/compare.py), by class and by the memory the engine had."""
+    import compare
+
+    folders = [("H200", compare.RESULTS), ("H200", compare.ACTIVATION), ("H200", compare.STARTUP),
+               ("H200", compare.MEMORY)] + [("H100", folder) for folder in compare.H100]
+    groups: dict[tuple[str, str], list[tuple[str, float]]] = {}
+    for device, folder in folders:
+        results = {path.stem: result for path, result, _, _ in fit.results(folder)}
+        for name, theirs, ours, _, _ in compare.compared(folder)[1]:
+            if ours is None:
+                continue
+            result = results[name]
+            utilization = (result.get("engine") or {}).get("gpu_memory_utilization") or 0.92
+            memory = "an H100's memory" if device == "H100" or utilization < 0.6 else "an H200's memory"
+            key = (f"{device}, {memory}", family_of(result["config"]))
+            groups.setdefault(key, []).append((name, ours / theirs - 1))
+    lines = ["", "## KV cache tokens at start-up", "",
+             "`roofline capacity` for every engine the project started (same max_model_len, max_num_seqs, token budget,",
+             "memory utilization, graphs or eager), against `KV cache size: N tokens` in vLLM 0.26.0's log",
+             "(`benchmarks/gpu_vllm/compare.py`). The profile run is priced by vLLM's model runner",
+             "(`roofline/advise/profile_run.py`); on an H100's memory the KV cache is a few GiB, so the memory terms",
+             "decide it. \"An H100's memory\" on the H200: gpu_memory_utilization 0.5211 of its 139.8 GiB, an H100's",
+             "0.92 x 79.18 GiB (`benchmarks/results/vllm_h200_memory`).", "",
+             "| engines | family | engines | mean abs error | most below | most above | above +1% |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    for (where, family), rows in sorted(groups.items()):
+        errors = [e for _, e in rows]
+        above = [f"{n} ({100 * e:+.1f}%)" for n, e in rows if e > 0.01]
+        lines.append(f"| {where} | {family} | {len(rows)} | {100 * sum(abs(e) for e in errors) / len(errors):.2f}% | "
+                     f"{100 * min(errors):+.1f}% | {100 * max(errors):+.1f}% | {', '.join(above) or 'none'} |")
+    lines += ["", "Above +1%: DeepSeek-V3's MLA cut with CUDA graphs (its compiled profile peaks 1 GiB above the eager",
+              "one) and gpt-oss-120b, whose MXFP4 experts vLLM holds in 0.66 GiB more than the checkpoint's tensors on",
+              "Hopper (not priced; its activation peak and CUDA-graph estimate are priced within 0.01 GiB)."]
+    return lines
 
 
 def first_token_section() -> list[str]:

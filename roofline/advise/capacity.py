@@ -19,6 +19,7 @@ from roofline.errors import RooflineError
 from roofline.model.architecture import config_int, text_config
 from roofline.model.inventory import Inventory
 from roofline.predict.bands import band_for, band_json, step_regime
+from roofline.predict.deployment import default_capture_tokens
 from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
 from roofline.predict.launch import graphs_apply
@@ -27,6 +28,7 @@ from roofline.predict.step import StepConfig, price_step
 from roofline.predict.topology import Topology, refusal, stage_layers, tensor_parallel_placement
 from roofline.predict.traffic import KV_DTYPE_BYTES, ROUTINGS, Scenario, compute_traffic, dtype_bytes
 
+from .profile_run import ProfilePeak, cuda_graph_estimate, model_runner, profile_peak
 from .scale_out import scale_out
 
 SCHEMA = "roofline.capacity/1"
@@ -239,105 +241,22 @@ def platform_layout(hardware: Hardware, mla: bool = False) -> KVLayout:
     return KVLayout(entry["default_block_size"], entry["kernel_block"])
 
 
-# vLLM's MLA profile run allocates the up-projected context of its chunked-prefill workspace (mla_attention.py:
-# "simulate the worst case output size for kv_b_proj(kv_c_normed)"): workspace rows = min(max(8 x max_model_len,
-# 4 x max_num_seqs x block size), 64k tokens) (MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size)
-MLA_WORKSPACE_PER_MODEL_LEN = 8
-MLA_WORKSPACE_PAGES_PER_SEQ = 4
-MLA_WORKSPACE_MAX_TOKENS = 64 * 1024
+def request_profile_peak(inventory: Inventory, hardware: Hardware, request: Request, tokens: int, seqs: int,
+                         tp: int = 1) -> ProfilePeak:
+    """vLLM's profile run for the request's engine (advise/profile_run.py): its model runner, the experts' kernel
+    (the request's backend, else vLLM's default for the checkpoint), the device's SMs."""
+    from roofline.predict.backends import default_backend
+
+    backend = request.backend or default_backend(inventory.main_format(), hardware)
+    experts = next((m for m in inventory.modules if m.role == "moe_experts"), None)
+    runner = model_runner(inventory, request.draft_method if request.speculative_tokens else None)
+    return profile_peak(inventory, tokens, seqs, request.max_model_len,
+                        request.block_size or platform_layout(hardware, mla=True).default_block_size, tp, runner,
+                        experts.format if experts else "", getattr(backend, "moe_backend", None), hardware.sm_count)
 
 
-def mla_profile_bytes(cfg: dict, tokens: int, seqs: int, max_model_len: int, block: int, dtype: float,
-                      tp: int = 1) -> float:
-    """An MLA model's peak at its attention in vLLM's profile run: the workspace's up-projected context (rows x
-    heads x (qk_nope + v) head dims) beside the step's query (heads x (qk_nope + qk_rope)) and residual stream; 0
-    for a model without MLA. A tensor-parallel rank holds its share of the heads."""
-    if not config_int(cfg, "kv_lora_rank"):
-        return 0.0
-    heads = config_int(cfg, "num_attention_heads") / tp
-    nope, rope = config_int(cfg, "qk_nope_head_dim"), config_int(cfg, "qk_rope_head_dim")
-    value = config_int(cfg, "v_head_dim", default=nope)
-    rows = min(max(MLA_WORKSPACE_PER_MODEL_LEN * max_model_len, MLA_WORKSPACE_PAGES_PER_SEQ * seqs * block),
-               MLA_WORKSPACE_MAX_TOKENS)
-    hidden = config_int(cfg, "hidden_size")
-    return (rows * heads * (nope + value) + tokens * (heads * (nope + rope) + 3 * hidden)) * dtype
-
-
-def activation_peak_bytes(inventory: Inventory, tokens: int, seqs: int, max_model_len: int = 0,
-                          block: int = 0, tp: int = 1) -> float:
-    """Estimate of vLLM's profiling-run activation peak: `tokens` tokens through the widest workspace of
-    one layer at the model dtype (a gated MLP's gate_up output and activation, 3 x intermediate; the
-    modular fused MoE's two workspaces, top-k x (max(intermediate, hidden) + max(gate_up width, hidden)), and
-    the layer's and a shared expert's outputs; the q/k/v projection's
-    output) beside the residual stream (3 x hidden), plus the sampler's fp32 logits for `seqs`
-    sequences; an MLA model's profile-run workspace where it is the wider (mla_profile_bytes, given the
-    max_model_len and KV block). Against vLLM 0.26.0's own profile on the H200 (benchmarks/results/vllm_h200,
-    vllm_h200_startup): within 0.05 GiB on dense models, -0.65..+0.5 GiB on MoE and hybrid ones.
-
-    Per rank of `tp` tensor-parallel ones (each profiles its own): the column-parallel outputs (q/k/v heads, the
-    MLP's and the experts' intermediate, a recurrent mixer's heads, MLA's heads) are split, the residual stream
-    and the layer's output (after its all-reduce) are whole, and so are the logits vLLM gathers to the first rank
-    (LogitsProcessor). Read in vLLM's parallel layers, not measured on more than one GPU."""
-    cfg = text_config(inventory.config)
-    shape = inventory.shape
-    hidden = shape.hidden_size
-    intermediate = config_int(cfg, "intermediate_size", default=4 * hidden)
-    widths = []
-    if any(m.role == "mlp" for m in inventory.modules):
-        widths.append(3 * intermediate / tp)
-    experts = [m for m in inventory.modules if m.role == "moe_experts"]
-    if experts:
-        expert_inter = config_int(cfg, "moe_intermediate_size") or intermediate
-        layer = experts[0].layer
-        per_expert = sum(m.params for m in experts if m.layer == layer) / max(shape.num_experts, 1)
-        gated = per_expert > 2.5 * hidden * expert_inter  # gate, up, down (3) or up, down (2: relu^2)
-        # vLLM's modular fused MoE (TritonExperts.workspace_shapes): workspace1 (M, top-k, max(inter, hidden)) and
-        # workspace2 (M, top-k, max(gate_up width, hidden)), the experts' output reusing workspace1 in one chunk;
-        # beside them the layer's output and a shared expert's, (M, hidden) each
-        inter = expert_inter / tp
-        widths.append(max(shape.experts_per_token, 1) * (max(inter, hidden)
-                                                         + max((2 if gated else 1) * inter, hidden)) + 2 * hidden)
-    heads = config_int(cfg, "num_attention_heads", default=0)
-    if heads:
-        kv_heads = config_int(cfg, "num_key_value_heads", default=heads)
-        head_dim = config_int(cfg, "head_dim", default=hidden // heads)
-        widths.append((heads / tp + 2 * max(kv_heads / tp, 1)) * head_dim)  # KV heads fewer than ranks: replicated
-    dtype = dtype_bytes(shape.dtype)
-    # a hybrid's recurrent mixer keeps its own workspace beside the widest of the rest: vLLM measures the
-    # caching allocator's peak, whose blocks of one layer kind do not serve the other's shapes
-    recurrent = recurrent_workspace_bytes(cfg, {r.kind for r in shape.recurrent}, dtype)
-    widest = max(tokens * (max(widths, default=4 * hidden) + 3 * hidden) * dtype,
-                 mla_profile_bytes(cfg, tokens, seqs, max_model_len, block, dtype, tp))
-    return widest + tokens * recurrent / tp + seqs * shape.vocab_size * 4
-
-
-# the chunk of the Gated DeltaNet prefill kernels (fla's chunked delta rule in vLLM 0.26): one fp32 state per
-# value head per chunk of this many tokens
-GDN_CHUNK_TOKENS = 64
-
-
-def recurrent_workspace_bytes(cfg: dict, kinds: set[str], dtype: int) -> float:
-    """Bytes per prefill token of a recurrent mixer's forward, the widest kind of those present: its input
-    projection's output, the causal conv's output and the mixer's output at the model dtype, plus the chunked
-    scan's fp32 states (heads x head dim x state per chunk). Checked against vLLM 0.26.0's profile on the H200
-    at 2048-8192 batched tokens (benchmarks/results/vllm_h200_activation)."""
-    sizes = [0.0]
-    if "mamba" in kinds:  # Mamba2 (Nemotron-H): in_proj -> z, xBC, dt
-        heads, head_dim = config_int(cfg, "mamba_num_heads", default=0), config_int(cfg, "mamba_head_dim", default=0)
-        state, groups = config_int(cfg, "ssm_state_size", default=0), config_int(cfg, "n_groups", default=1)
-        inner, chunk = heads * head_dim, config_int(cfg, "chunk_size", default=256) or 256
-        conv = inner + 2 * groups * state  # x, B, C
-        projection, output = inner + conv + heads, inner  # z, xBC, dt; y
-        sizes.append((projection + conv + output) * dtype + heads * head_dim * state * 4 / chunk)
-    if "gdn" in kinds:  # Gated DeltaNet (Qwen3-Next, Qwen3.5/3.6): in_proj_qkvz + ba -> conv(qkv) -> core
-        key = config_int(cfg, "linear_num_key_heads", default=0) * config_int(cfg, "linear_key_head_dim", default=0)
-        v_heads, v_dim = config_int(cfg, "linear_num_value_heads", default=0), config_int(
-            cfg, "linear_value_head_dim", default=0)
-        value = v_heads * v_dim
-        projection, conv, output = 2 * key + 2 * value + 2 * v_heads, 2 * key + value, value  # qkvz + ba; qkv; o
-        sizes.append((projection + conv + output) * dtype
-                     + v_heads * config_int(cfg, "linear_key_head_dim", default=0) * v_dim * 4 / GDN_CHUNK_TOKENS)
-    return max(sizes)
+def _runner_text(peak: ProfilePeak) -> str:
+    return "vLLM's V2 model runner" if peak.runner == "v2" else "vLLM's V1 model runner (MoE / hybrid)"
 
 
 def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
@@ -356,6 +275,7 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
     utilization = request.gpu_memory_utilization or mem["gpu_memory_utilization"]
     seqs = max_num_seqs(request, hardware)
     tokens = batched_tokens(request, hardware)
+    peak = request_profile_peak(inventory, hardware, request, tokens, seqs, tp)
     if hardware.runtime_memory_gib:  # what vLLM multiplies: the runtime's total, not the datasheet's
         device, device_text = hardware.runtime_memory_gib * GIB, (f"{hardware.runtime_memory_gib:g} GiB device memory "
                                                                  f"as the CUDA runtime reports it")
@@ -368,18 +288,24 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
                         "checkpoint", "the checkpoint's tensors (audit)" if weights_per_rank is None else
                         f"the fullest rank's share of the checkpoint's tensors ({tp} tensor-parallel ranks; "
                         f"replicated ones whole)"),
-             MemoryTerm("activation_peak", activation_peak_bytes(
-                 inventory, tokens, seqs, request.max_model_len,
-                 request.block_size or platform_layout(hardware, mla=True).default_block_size, tp), "estimate",
-                        f"{tokens} batched tokens x one layer's widest workspace and the residual stream + "
-                        f"{seqs} x vocab fp32 logits (vLLM measures it in its profiling run)"
+             MemoryTerm("activation_peak", peak.peak, "estimate",
+                        f"vLLM's profile run on {_runner_text(peak)}: {tokens} batched tokens through one layer's "
+                        f"widest transients and the residual stream"
+                        + (f" over the MoE's {peak.moe_workspace / GIB:.2f} GiB workspace" if peak.moe_workspace
+                           else "")
+                        + f", then the dummy sampler on {seqs} rows of the vocabulary; {peak.set_by} sets it "
+                          f"(vLLM measures it in its profiling run)"
                         + (f"; a rank's share of the {tp} tensor-parallel ranks' split outputs" if tp > 1 else "")),
              MemoryTerm("non_torch", mem["non_torch_gib"] * GIB if hardware.host != "cpu" else 0.0,
                         mem["non_torch_kind"], mem["non_torch_source"])]
     graph_pool = graphs_apply(hardware) and not request.enforce_eager  # eager: vLLM captures no graphs
     if graph_pool:
-        terms.append(MemoryTerm("cuda_graphs", mem["cuda_graph_gib"] * GIB, mem["cuda_graph_kind"],
-                                mem["cuda_graph_source"]))
+        largest = request.capture_tokens or default_capture_tokens(seqs, tokens, request.speculative_tokens,
+                                                                    inventory.shape.architecture, hardware)
+        estimate = cuda_graph_estimate(inventory.shape.num_layers // max(request.pp, 1), largest, peak.runner)
+        terms.append(MemoryTerm("cuda_graphs", estimate.bytes, "measured" if estimate.bytes else "vllm default",
+                                estimate.source))
+        graph_pool = estimate.bytes > 0
     left = terms[0].bytes - sum(t.bytes for t in terms[1:])
     terms.append(MemoryTerm("kv_cache", left, "derived", "requested - weights - activation peak - non-torch"
                             + (" - CUDA graphs" if graph_pool else "")))

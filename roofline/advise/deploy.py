@@ -128,7 +128,7 @@ def capacity_request(deployment: Deployment, inventory: Inventory, hardware: Har
                    long_prefill_token_threshold=deployment.long_prefill_token_threshold,
                    max_num_active_seqs=deployment.max_num_active_seqs,
                    cudagraph_mode=deployment.cudagraph_mode or "full_and_piecewise",
-                   capture_tokens=capture_tokens(deployment, hardware))
+                   capture_tokens=capture_tokens(deployment, hardware, inventory.shape.architecture))
 
 
 def plan_workload(deployment: Deployment, acceptance_rate: float) -> dict:

@@ -43,6 +43,7 @@ LOG_FIGURES = {
     "kv_tokens": r"KV cache size: ([\d,]+) tokens",
     "max_concurrency": r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x",
     "cuda_graph_gib": r"Graph capturing finished in [\d.]+ secs?, took ([\d.-]+) GiB",
+    "cuda_graph_estimate_gib": r"Estimated CUDA graph memory: ([\d.]+) GiB total",
     "activation_peak_gib": r"([\d.]+) GiB for peak activation",
     "non_torch_gib": r"([\d.]+) GiB for non-torch memory",
     "block_size": r"Setting attention block size to (\d+) tokens",
@@ -142,6 +143,63 @@ def speculative_step(spec_runs: list[dict], batch: int, short: int, long: int) -
             "acceptance_rate": accepted / drafted if drafted else None}
 
 
+def trace_profile_run(into: dict) -> None:
+    """Record the CUDA allocations of vLLM's memory-profiling run (GPUModelRunner.profile_run, which sets the
+    "peak activation" vLLM logs) and put into `into` the blocks alive at its peak, summed by the vLLM code
+    that allocated them (innermost vllm frames), the largest first."""
+    import torch
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    profile_run = GPUModelRunner.profile_run
+
+    def traced(self, *a, **k):
+        torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+        try:
+            return profile_run(self, *a, **k)
+        finally:
+            try:  # a trace that cannot be read must not stop the engine: its error is the result
+                torch.cuda.synchronize()
+                snapshot = torch.cuda.memory._snapshot()
+                torch.cuda.memory._record_memory_history(enabled=None)
+                into.update(peak_blocks(snapshot["device_traces"][torch.cuda.current_device()]))
+            except Exception as exc:  # noqa: BLE001
+                into["error"] = repr(exc)[:500]
+
+    GPUModelRunner.profile_run = traced
+
+
+def peak_blocks(events: list[dict], top: int = 40) -> dict:
+    """Replay a device trace (alloc / free_completed): the peak of the bytes allocated during it and the blocks
+    alive then, summed by where they were allocated."""
+    def where(frames: list[dict]) -> str:
+        ours = [f for f in frames if "vllm/" in f.get("filename", "")][:3]
+        return " < ".join(f"{f['filename'].split('vllm/', 1)[1]}:{f['line']} {f['name']}" for f in ours) or (
+            f"{frames[0]['filename']}:{frames[0]['line']} {frames[0]['name']}" if frames else "?")
+
+    def replay(stop: int | None):
+        live, total, peak, at = {}, 0, 0, -1
+        for i, event in enumerate(events if stop is None else events[:stop + 1]):
+            if event["action"] == "alloc":
+                live[event["addr"]] = event
+                total += event["size"]
+            elif event["action"] == "free_completed" and event["addr"] in live:
+                total -= live.pop(event["addr"])["size"]
+            if total > peak:
+                peak, at = total, i
+        return live, peak, at
+
+    _, peak, at = replay(None)
+    live, _, _ = replay(at)
+    by_site: dict[str, list] = {}
+    for event in live.values():
+        site = by_site.setdefault(where(event.get("frames", [])), [0, 0, []])
+        site[0] += event["size"]
+        site[1] += 1
+    sites = sorted(by_site.items(), key=lambda kv: -kv[1][0])
+    return {"peak_bytes": peak, "events": len(events), "peak_event": at,
+            "live_at_peak": [{"bytes": b, "blocks": n, "site": site} for site, (b, n, _) in sites[:top]]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="folder with config.json")
@@ -156,6 +214,13 @@ def main() -> int:
     parser.add_argument("--kv-cache-dtype", default="auto")
     parser.add_argument("--max-num-batched-tokens", type=int, default=None,
                         help="vLLM's token budget per step (default: vLLM's own): sets the activation peak")
+    parser.add_argument("--max-num-seqs", type=int, default=None,
+                        help="vLLM's request limit (default: the largest batch): sets the sampler's profile")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None,
+                        help="vLLM's share of the device (default: vLLM's own), e.g. another GPU's budget")
+    parser.add_argument("--memory-trace", action="store_true",
+                        help="record the CUDA allocations of vLLM's profile run: the live blocks at its peak, "
+                             "by the vLLM code that allocated them (profile_peak in the JSON)")
     parser.add_argument("--hf-overrides", default=None, help="JSON, e.g. '{\"num_hidden_layers\": 4}'")
     parser.add_argument("--additional-config", default=None,
                         help="JSON for vLLM's additional_config, e.g. '{\"gdn_prefill_backend\": \"triton\"}' "
@@ -179,9 +244,14 @@ def main() -> int:
     logging.getLogger("vllm").addHandler(handler)
 
     batches = [int(b) for b in args.batches.split(",")]
+    profile_peak: dict = {}
+    if args.memory_trace:
+        trace_profile_run(profile_peak)
     started = time.perf_counter()
     llm = LLM(model=args.config, load_format="dummy", skip_tokenizer_init=True, enforce_eager=args.mode == "eager",
-              max_model_len=args.max_model_len, max_num_seqs=max(batches), quantization=args.quantization,
+              max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs or max(batches),
+              quantization=args.quantization,
+              **({"gpu_memory_utilization": args.gpu_memory_utilization} if args.gpu_memory_utilization else {}),
               kv_cache_dtype=args.kv_cache_dtype, seed=0,
               # the same prompts run again: a prefix-cache hit would shorten one run's prefill only
               enable_prefix_caching=False,
@@ -248,7 +318,9 @@ def main() -> int:
         "device": "cuda" if cuda else "cpu", "python": platform.python_version(), "start_s": start_s,
         "startup": figures(handler.lines), "decode": rows, "profiles": profiles,
         "engine": {"max_num_batched_tokens": llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens,
-                   "max_num_seqs": llm.llm_engine.vllm_config.scheduler_config.max_num_seqs},
+                   "max_num_seqs": llm.llm_engine.vllm_config.scheduler_config.max_num_seqs,
+                   "gpu_memory_utilization": llm.llm_engine.vllm_config.cache_config.gpu_memory_utilization},
+        "profile_peak": profile_peak or None,
         "hf_overrides": json.loads(args.hf_overrides) if args.hf_overrides else None,
         "speculative_config": json.loads(args.speculative_config) if args.speculative_config else None,
         "speculative_runs": spec_runs,

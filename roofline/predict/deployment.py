@@ -880,7 +880,7 @@ def step_config(deployment: Deployment, inventory: Inventory, hardware: Hardware
                       topology=deployment.topology, speculative_tokens=spec.tokens if spec else 0,
                       acceptance_rate=acceptance_rate if spec else 0.7, routing=routing,
                       draft_method=spec.method if spec else "mtp", drafter=drafter_of(deployment, inventory),
-                      capture_tokens=capture_tokens(deployment, hardware),
+                      capture_tokens=capture_tokens(deployment, hardware, inventory.shape.architecture),
                       cudagraph_mode=deployment.cudagraph_mode or "full_and_piecewise",
                       async_scheduling=deployment.async_scheduling is not False)
 
@@ -897,13 +897,25 @@ def drafter_of(deployment: Deployment, inventory: Inventory):
     return checkpoint_reads(deployment.draft_inventory, spec.method, inventory, ranks, deployment.kv_cache_dtype)
 
 
-def capture_tokens(deployment: Deployment, hardware: Hardware) -> int:
+def capture_tokens(deployment: Deployment, hardware: Hardware, architecture: str = "") -> int:
     """The largest step vLLM captures a CUDA graph of: --max-cudagraph-capture-size, else vLLM's default
-    min(2 x max_num_seqs x (1 + draft tokens), 512; 1024 on data-center Blackwell, compute capability 10.x)."""
+    min(2 x max_num_seqs x (1 + draft tokens), the ceiling, max_num_batched_tokens) (default_capture_tokens)."""
     from .scheduler_config import scheduler_settings
 
     if deployment.max_cudagraph_capture_size is not None:
         return deployment.max_cudagraph_capture_size
-    seqs = scheduler_settings(deployment, hardware).max_num_seqs
-    ceiling = 1024 if (hardware.compute_capability or "").split(".")[0] == "10" else 512
-    return min(2 * seqs * (1 + deployment.speculative_tokens), ceiling)
+    settings = scheduler_settings(deployment, hardware)
+    return default_capture_tokens(settings.max_num_seqs, settings.max_num_batched_tokens,
+                                  deployment.speculative_tokens, architecture, hardware)
+
+
+def default_capture_tokens(seqs: int, batched_tokens: int, draft_tokens: int, architecture: str,
+                           hardware: Hardware) -> int:
+    """vLLM's default largest captured step: min(2 x max_num_seqs x (1 + draft tokens), the ceiling (512; 1024 on
+    data-center Blackwell), max_num_batched_tokens); an architecture whose config hook sets it (gpt-oss: 1024) takes
+    that, bounded by max_num_batched_tokens only (serving.toml [cuda_graph_capture])."""
+    table = load_table("serving")["cuda_graph_capture"]
+    if architecture in table["ceiling_1024_architectures"]:
+        return max(1, min(1024, batched_tokens))
+    ceiling = table["ceiling_by_compute_major"].get((hardware.compute_capability or "").split(".")[0], table["ceiling"])
+    return max(1, min(2 * seqs * (1 + draft_tokens), ceiling, batched_tokens))

@@ -49,6 +49,9 @@ class Hardware:
     # gpu_memory_utilization; None: memory_gb (the datasheet) stands for it
     runtime_memory_gib: float | None = None
     runtime_memory_source: str = ""
+    # streaming multiprocessors (CUDA's multiProcessorCount): sizes vLLM's per-SM sampler buffers; None: unknown
+    sm_count: int | None = None
+    sm_count_source: str = ""
     vllm_version: str = ""  # the vLLM an entry's engine coefficients were fitted under (calibrate --engine vllm)
     # share of the datasheet tensor rate decode GEMMs reach, measured on this device (None: rules.toml's estimate)
     compute_utilization: float | None = None
@@ -141,6 +144,8 @@ class HardwareEntry(msgspec.Struct, forbid_unknown_fields=True):
     tensor_source: Text = ""
     runtime_memory_gib: Annotated[float, Meta(gt=0, le=1e6)] | None = None
     runtime_memory_source: Text = ""
+    sm_count: Annotated[int, Meta(ge=1, le=4096)] | None = None
+    sm_count_source: Text = ""
     vllm_version: Annotated[str, Meta(max_length=64)] = ""
     compute_utilization: Annotated[float, Meta(gt=0, le=1)] | None = None
     compute_utilization_source: Text = ""
