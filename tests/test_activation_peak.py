@@ -154,3 +154,24 @@ def test_a_tensor_parallel_rank_profiles_its_share_of_the_split_outputs():
     one, two = (profile_peak(moe, tokens, 1024, tp=tp, runner="v1") for tp in (1, 2))
     assert one.moe_workspace == two.moe_workspace == tokens * 8 * (2048 + 2048) * 2
     assert two.forward < one.forward  # the attention's heads are split
+
+
+def test_a_hybrid_with_more_sequences_than_state_blocks_is_refused_as_vllm_refuses_it():
+    """Nemotron-3-Nano-30B-A3B (BF16) at an H100's memory with vLLM's default 1,024 sequences did not start:
+    "max_num_seqs (1024) exceeds available Mamba cache blocks (889)" (vLLM 0.26.0 on the H200 at 0.5211 of its
+    memory, 2026-11-27; each decode sequence needs a state block for the full CUDA graphs). capacity refuses it the
+    same way, with its own block count within 1% of vLLM's; 512 sequences start, and --enforce-eager has no full
+    graphs to capture."""
+    from roofline.errors import RooflineError
+
+    nemotron = load_inventory(str(ROOT / "tests" / "reference_configs" / "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"))
+    h100 = get_hardware("h100-sxm")
+    with pytest.raises(RooflineError, match=r"max_num_seqs \(1024\) exceeds available Mamba cache blocks \((\d+)\)") \
+            as refused:
+        capacity(nemotron, h100, Request(max_model_len=20480, prefix_caching=False))
+    import re
+
+    blocks = int(re.search(r"Mamba cache blocks \((\d+)\)", str(refused.value)).group(1))
+    assert blocks == pytest.approx(889, rel=0.01)
+    assert capacity(nemotron, h100, Request(max_model_len=20480, prefix_caching=False, max_num_seqs=512)).kv.tokens
+    assert capacity(nemotron, h100, Request(max_model_len=20480, prefix_caching=False, enforce_eager=True)).kv.tokens

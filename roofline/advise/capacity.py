@@ -330,6 +330,12 @@ def decode_curve(inventory: Inventory, hardware: Hardware, levels, context: int,
     return curve, knee, one or price(1)
 
 
+def full_decode_graphs(request: Request, hardware: Hardware) -> bool:
+    """Whether vLLM captures full CUDA graphs of decode steps: a GPU, not --enforce-eager, a mode with full graphs."""
+    return graphs_apply(hardware) and not request.enforce_eager and request.cudagraph_mode in (
+        "full_and_piecewise", "full", "full_decode_only")
+
+
 def step_pricer(inventory: Inventory, hardware: Hardware, context: int, kv_cache_dtype: str, routing: str,
                 parallel: dict | None = None):
     """n -> the step model's price of decoding n sequences of `context` tokens (the curve and the SLO)."""
@@ -405,6 +411,13 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                             f"{request.max_model_len} needs; give the KV cache more memory or lower --max-model-len")
     per_request_blocks = kv.blocks_for(request.prompt_len + request.output_len)
     max_seqs = max_num_seqs(request, hardware)
+    if shape.recurrent and full_decode_graphs(request, hardware) and max_seqs > kv.num_blocks:
+        # vLLM's check before it captures full decode graphs (CompilationConfig.resolve_cudagraph_mode_and_sizes):
+        # each decode sequence needs a Mamba / GDN state block of its own
+        raise RooflineError(f"vLLM refuses to start: max_num_seqs ({max_seqs}) exceeds available Mamba cache blocks "
+                            f"({kv.num_blocks}); each decode sequence needs one for vLLM's full CUDA graphs; lower "
+                            f"--max-num-seqs to at most {kv.num_blocks} or give the KV cache more memory "
+                            f"(--gpu-memory-utilization)")
     fit = min(kv.num_blocks // per_request_blocks, max_seqs) * topology.dp  # each replica its own cache and cap
     curve, knee, one = decode_curve(inventory, hardware, request.concurrency, context, kv_name, request.routing, fit,
                                     parallel)

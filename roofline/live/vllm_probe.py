@@ -16,6 +16,10 @@ Decode step time, prefill cancelled: for each batch, the same prompts generate `
 Start-up figures are parsed from vLLM's own log lines (model loading GiB, available KV cache GiB,
 KV cache tokens, maximum concurrency, CUDA-graph pool GiB).
 
+With --memory-trace, the CUDA allocations of vLLM's memory-profiling run are recorded (torch's memory history,
+Python stacks): the blocks alive at its peak, summed by the vLLM code that allocated them (what the "peak activation"
+vLLM logs consists of; roofline/advise/profile_run.py prices it).
+
 With --profile-batches, one decode step per named batch is profiled the same way (torch profiler, CUDA
 activity, two generation lengths, the difference per step): GPU kernels per step by launcher (the
 LAUNCHERS table, by kernel name), the kernels' own GPU time per step, the host's kernel and graph
