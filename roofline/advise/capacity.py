@@ -293,8 +293,8 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
                         f"widest transients and the residual stream"
                         + (f" over the MoE's {peak.moe_workspace / GIB:.2f} GiB workspace" if peak.moe_workspace
                            else "")
-                        + f", then the dummy sampler on {seqs} rows of the vocabulary; {peak.set_by} sets it "
-                          f"(vLLM measures it in its profiling run)"
+                        + f", then the dummy sampler on {seqs} rows of the vocabulary: {peak.set_by} (vLLM "
+                          f"measures it at start-up)"
                         + (f"; a rank's share of the {tp} tensor-parallel ranks' split outputs" if tp > 1 else "")),
              MemoryTerm("non_torch", mem["non_torch_gib"] * GIB if hardware.host != "cpu" else 0.0,
                         mem["non_torch_kind"], mem["non_torch_source"])]

@@ -57,9 +57,10 @@ class ProfilePeak:
 
     @property
     def set_by(self) -> str:
+        """What the peak is, in words."""
         if self.runner == "v2":
-            return "the forward and the head's fp32 logits (vLLM's V2 model runner)"
-        return "the dummy sampler run" if self.sampler >= self.forward else "the forward"
+            return "the forward's peak plus the head's float32 logits"
+        return "the dummy sampler run's peak" if self.sampler >= self.forward else "the forward's peak"
 
 
 def _table() -> dict:
