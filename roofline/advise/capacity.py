@@ -18,6 +18,7 @@ from roofline.data import load_table
 from roofline.errors import RooflineError
 from roofline.model.architecture import config_int, text_config
 from roofline.model.inventory import Inventory
+from roofline.predict.backends import default_backend
 from roofline.predict.bands import band_for, band_json, step_regime
 from roofline.predict.deployment import default_capture_tokens
 from roofline.predict.hardware import Hardware
@@ -245,8 +246,6 @@ def request_profile_peak(inventory: Inventory, hardware: Hardware, request: Requ
                          tp: int = 1) -> ProfilePeak:
     """vLLM's profile run for the request's engine (advise/profile_run.py): its model runner, the experts' kernel
     (the request's backend, else vLLM's default for the checkpoint), the device's SMs."""
-    from roofline.predict.backends import default_backend
-
     backend = request.backend or default_backend(inventory.main_format(), hardware)
     experts = next((m for m in inventory.modules if m.role == "moe_experts"), None)
     runner = model_runner(inventory, request.draft_method if request.speculative_tokens else None)
