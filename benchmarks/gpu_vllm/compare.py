@@ -26,6 +26,9 @@ STARTUP = REPO / "benchmarks" / "results" / "vllm_h200_startup"
 # (--memory-trace), and full-size MoE / hybrid models at an H100's memory (0.5211 x the H200's 139.8 GiB = 0.92 x
 # 79.18 GiB)
 MEMORY = REPO / "benchmarks" / "results" / "vllm_h200_memory"
+# start-up only: the weights vLLM holds traced (--load-trace: gpt-oss at an H100's memory) and the dense V2 runner's
+# profile run traced at 2,048 and 8,192 tokens, eager and with a cold torch.compile (and one warm start)
+LOADTRACE = REPO / "benchmarks" / "results" / "vllm_h200_loadtrace"
 # the H100 runs' start-ups (gpt-oss-20b, Qwen3-Next cut to 12 layers without its MTP drafts)
 H100 = [REPO / "benchmarks" / "results" / "vllm_h100_gptoss", REPO / "benchmarks" / "results" / "vllm_h100_mtp"]
 sys.path.insert(0, str(REPO))
@@ -119,6 +122,10 @@ def main() -> int:
     print("at vllm serve's budget (8,192 tokens, 1,024 sequences; *-h100budget: an H100's memory, 0.5211 of the "
           "H200's), the profile run traced where named *-trace")
     print_kv(compared(MEMORY)[1])
+    print()
+    print("the weights vLLM holds (*-load*: traced at load) and the dense V2 runner's profile run (eager, a cold "
+          "torch.compile; *-warm: the same engine's second start, the compiled graph from vLLM's cache)")
+    print_kv(compared(LOADTRACE)[1])
     print()
     print("on an H100 (vLLM 0.26.0, offline)")
     print_kv([row for folder in H100 for row in compared(folder)[1]])

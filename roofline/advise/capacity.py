@@ -29,6 +29,7 @@ from roofline.predict.step import StepConfig, price_step
 from roofline.predict.topology import Topology, refusal, stage_layers, tensor_parallel_placement
 from roofline.predict.traffic import KV_DTYPE_BYTES, ROUTINGS, Scenario, compute_traffic, dtype_bytes
 
+from .held_layout import HeldLayout, held_layout
 from .profile_run import ProfilePeak, cuda_graph_estimate, model_runner, profile_peak
 from .scale_out import scale_out
 
@@ -245,13 +246,29 @@ def platform_layout(hardware: Hardware, mla: bool = False) -> KVLayout:
 def request_profile_peak(inventory: Inventory, hardware: Hardware, request: Request, tokens: int, seqs: int,
                          tp: int = 1) -> ProfilePeak:
     """vLLM's profile run for the request's engine (advise/profile_run.py): its model runner, the experts' kernel
-    (the request's backend, else vLLM's default for the checkpoint), the device's SMs."""
+    (the request's backend, else vLLM's default for the checkpoint), the device's SMs, torch.compile on a GPU unless
+    --enforce-eager."""
     backend = request.backend or default_backend(inventory.main_format(), hardware)
     experts = next((m for m in inventory.modules if m.role == "moe_experts"), None)
     runner = model_runner(inventory, request.draft_method if request.speculative_tokens else None)
     return profile_peak(inventory, tokens, seqs, request.max_model_len,
                         request.block_size or platform_layout(hardware, mla=True).default_block_size, tp, runner,
-                        experts.format if experts else "", getattr(backend, "moe_backend", None), hardware.sm_count)
+                        experts.format if experts else "", getattr(backend, "moe_backend", None), hardware.sm_count,
+                        compiled=graphs_apply(hardware) and not request.enforce_eager)
+
+
+# below this (GiB) the weights' line does not name what vLLM holds beyond the checkpoint (it is still counted)
+HELD_SAID = 0.005
+
+
+def request_held_layout(inventory: Inventory, hardware: Hardware, request: Request, tp: int = 1) -> HeldLayout:
+    """What the weights take on a GPU beyond the checkpoint's tensors: the experts' kernel layout (the request's
+    backend, else vLLM's default here) and the caching allocator's blocks at load."""
+    if hardware.host == "cpu":
+        return HeldLayout(0.0, 0.0, "")
+    experts = next((m for m in inventory.modules if m.role == "moe_experts"), None)
+    backend = request.backend or default_backend(inventory.main_format(), hardware)
+    return held_layout(inventory, experts.format if experts else "", getattr(backend, "moe_backend", None), tp)
 
 
 def _runner_text(peak: ProfilePeak) -> str:
@@ -275,6 +292,7 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
     seqs = max_num_seqs(request, hardware)
     tokens = batched_tokens(request, hardware)
     peak = request_profile_peak(inventory, hardware, request, tokens, seqs, tp)
+    layout = request_held_layout(inventory, hardware, request, tp)
     if hardware.runtime_memory_gib:  # what vLLM multiplies: the runtime's total, not the datasheet's
         device, device_text = hardware.runtime_memory_gib * GIB, (f"{hardware.runtime_memory_gib:g} GiB device memory "
                                                                  f"as the CUDA runtime reports it")
@@ -283,13 +301,18 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
     terms = [MemoryTerm("requested", utilization * device,
                         "given" if request.gpu_memory_utilization else "vllm default",
                         f"gpu_memory_utilization {utilization:g} x {device_text}"),
-             MemoryTerm("weights", inventory.weight_bytes if weights_per_rank is None else weights_per_rank,
-                        "checkpoint", "the checkpoint's tensors (audit)" if weights_per_rank is None else
-                        f"the fullest rank's share of the checkpoint's tensors ({tp} tensor-parallel ranks; "
-                        f"replicated ones whole)"),
+             MemoryTerm("weights", (inventory.weight_bytes if weights_per_rank is None else weights_per_rank)
+                        + layout.bytes,
+                        "checkpoint", ("the checkpoint's tensors (audit)" if weights_per_rank is None else
+                                       f"the fullest rank's share of the checkpoint's tensors ({tp} tensor-parallel "
+                                       f"ranks; replicated ones whole)")
+                        + (f", and {layout.bytes / GIB:.2f} GiB vLLM holds beyond them"
+                           + (f" ({layout.layout / GIB:.2f} the experts' kernel layout)" if layout.layout else "")
+                           + f": {layout.source}" if layout.bytes >= HELD_SAID * GIB else "")),
              MemoryTerm("activation_peak", peak.peak, "estimate",
                         f"vLLM's profile run on {_runner_text(peak)}: {tokens} batched tokens through one layer's "
                         f"widest transients and the residual stream"
+                        + (", a cold torch.compile's copy of the embedding table" if peak.compile else "")
                         + (f" over the MoE's {peak.moe_workspace / GIB:.2f} GiB workspace" if peak.moe_workspace
                            else "")
                         + f", then the dummy sampler on {seqs} rows of the vocabulary: {peak.set_by} (vLLM "

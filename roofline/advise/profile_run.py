@@ -10,8 +10,14 @@ picks (serving.toml [profile_run]):
   the sampler run. A modular fused MoE's workspaces live in vLLM's workspace manager and are never freed, so from
   the first MoE layer on they sit under every later layer's transients and under the sampler. The sampler holds the
   head's logits, a float32 copy, the softmax probabilities, the exponential noise and top-k / top-p's buffer.
-- V2 (the rest): the forward and the head's float32 logits, as measured offline (the 8B dense engines within
-  0.05 GiB); V2 estimates no CUDA-graph memory.
+- V2 (the rest): the forward holds the residual stream, the attention's q/k/v projection and q-norm outputs (the
+  profile skips the attention itself) and the MLP's transients at once; the dummy sampler holds the head's logits in
+  the model dtype. The two are apart (V2 frees the forward before it samples); V2 estimates no CUDA-graph memory.
+- With torch.compile (vLLM's default; not under --enforce-eager) the first forward compiles the model, cold: the
+  compiler's benchmark of the first piece allocates a fresh copy of its input embedding table and its two outputs at
+  the compile range's top (max_num_batched_tokens) - a phase of its own, the peak of a dense 8B model at any budget.
+  A warm compile cache (the same model and settings started before on that machine) skips it: vLLM then gives the
+  KV cache that much more than priced here.
 
 Checked against the allocations alive at vLLM 0.26.0's peak, traced on an H200 (roofline/live/vllm_probe.py
 --memory-trace, benchmarks/results/vllm_h200_memory) and the logged peaks of every start-up the project ran.
@@ -37,6 +43,12 @@ GDN_CHUNK_TOKENS = 64
 # the layer's output kept past the forward for the sampler: the final hidden states and the last compiled
 # piece's output, (tokens, hidden) each (traced: 32 + 32 MiB for Qwen3-30B-A3B at 8,192 tokens)
 KEPT_HIDDEN = 2
+# V2's forward: the residual stream and the last projection's output, (tokens, hidden) each, beside the layer's
+# transients (traced: Qwen3-8B and Llama-3.1-8B at 8,192 tokens, benchmarks/results/vllm_h200_loadtrace)
+V2_HIDDEN = 2
+# a cold torch.compile's benchmark of the first compiled piece (embedding lookup and the first norm): its outputs,
+# the residual and the normed stream, (tokens, hidden) each, beside the embedding table's copy
+COMPILE_OUTPUTS = 2
 FLOAT32 = 4
 # the input projection of each kind of layer that allocates transients of its own
 TRANSIENT_ROLES = ("attention_qkv", "mlp", "linear_attn_in", "mamba_in")
@@ -48,19 +60,20 @@ class ProfilePeak:
 
     runner: str  # "v1" | "v2"
     forward: float  # the forward of max_num_batched_tokens tokens (with the MoE workspace where it persists)
-    sampler: float  # the dummy sampler run (V1: with the MoE workspace and the kept hidden states)
+    sampler: float  # the dummy sampler run (with the MoE workspace where it persists and the kept hidden states)
     moe_workspace: float  # a modular fused MoE's workspaces where they persist (0: none, monolithic experts, or last)
+    compile: float = 0.0  # a cold torch.compile's benchmark of the first piece (0: eager)
 
     @property
     def peak(self) -> float:
-        return max(self.forward, self.sampler) if self.runner == "v1" else self.forward + self.sampler
+        return max(self.forward, self.sampler, self.compile)
 
     @property
     def set_by(self) -> str:
         """What the peak is, in words."""
-        if self.runner == "v2":
-            return "the forward's peak plus the head's float32 logits"
-        return "the dummy sampler run's peak" if self.sampler >= self.forward else "the forward's peak"
+        phases = {"the forward's peak": self.forward, "the dummy sampler run's peak": self.sampler,
+                  "a cold torch.compile's copy of the embedding table and the first piece's outputs": self.compile}
+        return max(phases, key=phases.get)
 
 
 def _table() -> dict:
@@ -119,6 +132,24 @@ def attention_transient(inventory: Inventory, tp: int = 1) -> float:
     return qkv + normed + heads / tp * head_dim + hidden
 
 
+def attention_outputs(inventory: Inventory, tp: int = 1) -> float:
+    """Elements per token of an attention layer's projection outputs alive in V2's profile forward (which skips the
+    attention itself): the q/k/v projection's and the per-head q norm's where the model has one; 0 without
+    attention."""
+    cfg, shape = text_config(inventory.config), inventory.shape
+    heads = config_int(cfg, "num_attention_heads", default=0)
+    if not heads or not shape.attention:
+        return 0.0
+    hidden = shape.hidden_size
+    kv_heads = config_int(cfg, "num_key_value_heads", default=heads)
+    head_dim = config_int(cfg, "head_dim", default=hidden // heads)
+    layer = shape.attention[0].layer
+    names = {m.name.rsplit(".", 1)[-1] for m in inventory.modules if m.layer == layer}
+    qkv_params = sum(m.params for m in inventory.modules if m.layer == layer and m.role == "attention_qkv")
+    qkv = qkv_params / hidden / tp if qkv_params else (heads + 2 * kv_heads) * head_dim / tp
+    return qkv + (heads / tp * head_dim if "q_norm" in names else 0)
+
+
 def mla_profile_bytes(cfg: dict, tokens: int, seqs: int, max_model_len: int, block: int, dtype: float,
                       tp: int = 1) -> float:
     """An MLA model's peak at its attention in vLLM's profile run: the workspace's up-projected context (rows x
@@ -169,7 +200,7 @@ def _workspace_persists(inventory: Inventory) -> bool:
 
 def profile_peak(inventory: Inventory, tokens: int, seqs: int, max_model_len: int = 0, block: int = 0, tp: int = 1,
                  runner: str = "v2", moe_format: str = "", moe_backend: str | None = None,
-                 sms: int | None = None) -> ProfilePeak:
+                 sms: int | None = None, compiled: bool = False) -> ProfilePeak:
     """The profile run's peak on one rank of `tp` tensor-parallel ones (each profiles its own forward: the
     column-parallel outputs are split, the residual stream, the layer's output after its all-reduce and the logits
     vLLM gathers to the first rank are whole).
@@ -178,8 +209,10 @@ def profile_peak(inventory: Inventory, tokens: int, seqs: int, max_model_len: in
     MLP's gate_up output and activation, 3 x intermediate; a MoE layer's output and a shared expert's, 2 x hidden;
     an attention layer's (attention_transient); a recurrent mixer's; an MLA model's profile workspace), with the
     modular MoE's workspace under all of them once it persists, or as the MoE layer's own where no layer follows it.
-    The sampler (V1): rows = min(seqs, tokens) of logits in the model dtype and three float32 copies, top-k / top-p's
-    buffer, the workspace and the kept hidden states; (V2) rows x vocab x 4."""
+    V2's forward holds the residual stream, the attention's projection and q-norm outputs and the widest other
+    transient at once. The sampler (V1): rows = min(seqs, tokens) of logits in the model dtype and three float32
+    copies, top-k / top-p's buffer, the workspace and the kept hidden states; (V2) the logits and the kept hidden
+    states. `compiled` (torch.compile on, a cold cache): the embedding table's copy and the first piece's outputs."""
     cfg, shape = text_config(inventory.config), inventory.shape
     hidden, vocab = shape.hidden_size, shape.vocab_size
     dtype = dtype_bytes(shape.dtype)
@@ -199,13 +232,24 @@ def profile_peak(inventory: Inventory, tokens: int, seqs: int, max_model_len: in
     if mla:
         forward = max(forward, mla + (tokens * workspace * dtype if persists else 0))
     rows = min(seqs, tokens) if tokens else seqs
+    kept = tokens * (workspace + KEPT_HIDDEN * hidden) * dtype
+    compile_copy = (_embedding_bytes(inventory) + COMPILE_OUTPUTS * tokens * hidden * dtype) if compiled else 0.0
     if runner == "v2":
-        return ProfilePeak("v2", forward, rows * vocab * FLOAT32, tokens * workspace * dtype)
+        attention = attention_outputs(inventory, tp)
+        if attention and not mla:
+            forward = tokens * (V2_HIDDEN * hidden + workspace + attention + max(transients[1:], default=0.0)) * dtype
+        return ProfilePeak("v2", forward, rows * vocab * dtype + kept, tokens * workspace * dtype, compile_copy)
     table = _table()["profile_run"]
     buffer_rows = _topk_buffer_rows(rows, sms)
     sampler = (rows * vocab * (dtype + table["sampler_float32_copies"] * FLOAT32) + buffer_rows * vocab * FLOAT32
-               + tokens * (workspace + KEPT_HIDDEN * hidden) * dtype)
-    return ProfilePeak("v1", forward, sampler, tokens * workspace * dtype)
+               + kept)
+    return ProfilePeak("v1", forward, sampler, tokens * workspace * dtype, compile_copy)
+
+
+def _embedding_bytes(inventory: Inventory) -> float:
+    """The input embedding table's bytes (the first compiled piece's weight input)."""
+    return float(sum(m.nbytes for m in inventory.modules if m.role == "embedding" and m.layer is None
+                     and "lm_head" not in m.name))
 
 
 def _topk_buffer_rows(rows: int, sms: int | None) -> int:

@@ -147,39 +147,98 @@ def speculative_step(spec_runs: list[dict], batch: int, short: int, long: int) -
             "acceptance_rate": accepted / drafted if drafted else None}
 
 
-def trace_profile_run(into: dict) -> None:
-    """Record the CUDA allocations of vLLM's memory-profiling run (GPUModelRunner.profile_run, which sets the
-    "peak activation" vLLM logs) and put into `into` the blocks alive at its peak, summed by the vLLM code
-    that allocated them (innermost vllm frames), the largest first."""
-    import torch
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+# vLLM 0.26's two GPU model runners (V1 for MoE / hybrid / speculative engines, V2 for the rest): each has its own
+# load_model and profile_run, so each is traced where it exists
+RUNNERS = ("vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner")
 
-    profile_run = GPUModelRunner.profile_run
+
+def _runner_classes() -> list:
+    import importlib
+    found = []
+    for module in RUNNERS:
+        try:
+            found.append(importlib.import_module(module).GPUModelRunner)
+        except (ImportError, AttributeError):
+            pass
+    return found
+
+
+def _traced(method, into: dict, at_peak: bool):
+    """`method` run under torch's memory history; into `into`: the allocator's peak and current bytes on entry
+    (what vLLM's own accounting measures from), and the blocks alive at the traced peak (at_peak) or at the end,
+    by the vLLM code that allocated them."""
+    import torch
 
     def traced(self, *a, **k):
+        stats = torch.cuda.memory_stats()
+        into["entry"] = {"allocated_bytes": stats.get("allocated_bytes.all.current", 0),
+                         "peak_allocated_bytes": stats.get("allocated_bytes.all.peak", 0),
+                         "runner": type(self).__module__}
         torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
         try:
-            return profile_run(self, *a, **k)
+            return method(self, *a, **k)
         finally:
             try:  # a trace that cannot be read must not stop the engine: its error is the result
                 torch.cuda.synchronize()
                 snapshot = torch.cuda.memory._snapshot()
                 torch.cuda.memory._record_memory_history(enabled=None)
-                into.update(peak_blocks(snapshot["device_traces"][torch.cuda.current_device()]))
+                into.update(peak_blocks(snapshot["device_traces"][torch.cuda.current_device()], at_peak=at_peak))
+                if not at_peak:
+                    into["block_overhang"] = block_overhang(
+                        [s for s in snapshot["segments"] if s.get("device") == torch.cuda.current_device()])
+                stats = torch.cuda.memory_stats()
+                into["exit"] = {"allocated_bytes": stats.get("allocated_bytes.all.current", 0),
+                                "peak_allocated_bytes": stats.get("allocated_bytes.all.peak", 0)}
             except Exception as exc:  # noqa: BLE001
                 into["error"] = repr(exc)[:500]
 
-    GPUModelRunner.profile_run = traced
+    return traced
 
 
-def peak_blocks(events: list[dict], top: int = 40) -> dict:
+def trace_profile_run(into: dict) -> None:
+    """Record the CUDA allocations of vLLM's memory-profiling run (profile_run of either model runner, which sets
+    the "peak activation" vLLM logs) and put into `into` the blocks alive at its peak, summed by the vLLM code
+    that allocated them (innermost vllm frames), the largest first."""
+    for runner in _runner_classes():
+        runner.profile_run = _traced(runner.profile_run, into, at_peak=True)
+
+
+def trace_load_model(into: dict) -> None:
+    """Record the CUDA allocations of vLLM's model loading (load_model, what "Model loading took X GiB" measures)
+    and put into `into` the blocks still alive when it returns, by the vLLM code that allocated them, and the
+    load's own peak."""
+    for runner in _runner_classes():
+        runner.load_model = _traced(runner.load_model, into, at_peak=False)
+
+
+def _site(frames: list[dict]) -> str:
+    """Where an allocation was made: its innermost vllm frames, else its innermost frame."""
+    ours = [f for f in frames if "vllm/" in f.get("filename", "")][:3]
+    return " < ".join(f"{f['filename'].split('vllm/', 1)[1]}:{f['line']} {f['name']}" for f in ours) or (
+        f"{frames[0]['filename']}:{frames[0]['line']} {frames[0]['name']}" if frames else "?")
+
+
+def block_overhang(segments: list[dict], top: int = 20) -> dict:
+    """The caching allocator's active blocks beyond the bytes asked of them (torch counts a block's size in
+    allocated_bytes, the trace the request), summed by where the block was allocated."""
+    by_site: dict[str, list] = {}
+    for segment in segments:
+        for block in segment.get("blocks", []):
+            if block.get("state") != "active_allocated":
+                continue
+            extra = block["size"] - block.get("requested_size", block["size"])
+            site = by_site.setdefault(_site(block.get("frames", [])), [0, 0, 0])
+            site[0] += extra
+            site[1] += 1
+            site[2] = max(site[2], extra)
+    sites = sorted(by_site.items(), key=lambda kv: -kv[1][0])
+    return {"bytes": sum(v[0] for v in by_site.values()),
+            "by_site": [{"bytes": b, "blocks": n, "largest": m, "site": site} for site, (b, n, m) in sites[:top]]}
+
+
+def peak_blocks(events: list[dict], top: int = 40, at_peak: bool = True) -> dict:
     """Replay a device trace (alloc / free_completed): the peak of the bytes allocated during it and the blocks
-    alive then, summed by where they were allocated."""
-    def where(frames: list[dict]) -> str:
-        ours = [f for f in frames if "vllm/" in f.get("filename", "")][:3]
-        return " < ".join(f"{f['filename'].split('vllm/', 1)[1]}:{f['line']} {f['name']}" for f in ours) or (
-            f"{frames[0]['filename']}:{frames[0]['line']} {frames[0]['name']}" if frames else "?")
-
+    alive then (or at its end), summed by where they were allocated."""
     def replay(stop: int | None):
         live, total, peak, at = {}, 0, 0, -1
         for i, event in enumerate(events if stop is None else events[:stop + 1]):
@@ -192,16 +251,19 @@ def peak_blocks(events: list[dict], top: int = 40) -> dict:
                 peak, at = total, i
         return live, peak, at
 
-    _, peak, at = replay(None)
-    live, _, _ = replay(at)
+    live, peak, at = replay(None)
+    if at_peak:
+        live, _, _ = replay(at)
     by_site: dict[str, list] = {}
     for event in live.values():
-        site = by_site.setdefault(where(event.get("frames", [])), [0, 0, []])
+        site = by_site.setdefault(_site(event.get("frames", [])), [0, 0, []])
         site[0] += event["size"]
         site[1] += 1
     sites = sorted(by_site.items(), key=lambda kv: -kv[1][0])
     return {"peak_bytes": peak, "events": len(events), "peak_event": at,
-            "live_at_peak": [{"bytes": b, "blocks": n, "site": site} for site, (b, n, _) in sites[:top]]}
+            "live_bytes": sum(event["size"] for event in live.values()),
+            ("live_at_peak" if at_peak else "live_at_end"): [
+                {"bytes": b, "blocks": n, "site": site} for site, (b, n, _) in sites[:top]]}
 
 
 def main() -> int:
@@ -225,6 +287,9 @@ def main() -> int:
     parser.add_argument("--memory-trace", action="store_true",
                         help="record the CUDA allocations of vLLM's profile run: the live blocks at its peak, "
                              "by the vLLM code that allocated them (profile_peak in the JSON)")
+    parser.add_argument("--load-trace", action="store_true",
+                        help="record the CUDA allocations of vLLM's model loading: the blocks alive when it ends, "
+                             "by the vLLM code that allocated them (load_blocks in the JSON)")
     parser.add_argument("--hf-overrides", default=None, help="JSON, e.g. '{\"num_hidden_layers\": 4}'")
     parser.add_argument("--additional-config", default=None,
                         help="JSON for vLLM's additional_config, e.g. '{\"gdn_prefill_backend\": \"triton\"}' "
@@ -251,6 +316,9 @@ def main() -> int:
     profile_peak: dict = {}
     if args.memory_trace:
         trace_profile_run(profile_peak)
+    load_blocks: dict = {}
+    if args.load_trace:
+        trace_load_model(load_blocks)
     started = time.perf_counter()
     llm = LLM(model=args.config, load_format="dummy", skip_tokenizer_init=True, enforce_eager=args.mode == "eager",
               max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs or max(batches),
@@ -325,6 +393,7 @@ def main() -> int:
                    "max_num_seqs": llm.llm_engine.vllm_config.scheduler_config.max_num_seqs,
                    "gpu_memory_utilization": llm.llm_engine.vllm_config.cache_config.gpu_memory_utilization},
         "profile_peak": profile_peak or None,
+        "load_blocks": load_blocks or None,
         "hf_overrides": json.loads(args.hf_overrides) if args.hf_overrides else None,
         "speculative_config": json.loads(args.speculative_config) if args.speculative_config else None,
         "speculative_runs": spec_runs,

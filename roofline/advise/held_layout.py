@@ -1,0 +1,120 @@
+"""What vLLM's "Model loading took X GiB" counts beyond the checkpoint's tensors (pure): the experts' kernel layout
+and the caching allocator's blocks.
+
+- Layout. Some MoE kernels re-lay the weights out at load (vLLM's process_weights_after_loading) into shapes the
+  kernel reads: triton_kernels' MXFP4 experts on Hopper swizzle the block scales into tiles whose rows and scale
+  groups are padded and cast the experts' biases to float32 (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py
+  convert_gpt_oss_weight_to_mxfp4_moe_kernel_format, quantization/utils/mxfp4_utils.py _swizzle_mxfp4,
+  third_party/triton_kernels/tensor_details/layout_details/hopper_scale.py). serving.toml [[expert_layout]].
+- Blocks. vLLM loads the weights with torch's caching allocator at max_split_size_mb=20 (vllm/v1/worker/
+  gpu_worker.py load_model). A request above 10 MiB gets a segment of its size rounded up to 2 MiB, and a block of
+  20 MiB or more is never split, so such a tensor holds its whole segment; allocated_bytes, which vLLM reads, counts
+  the blocks (c10/cuda/CUDACachingAllocator.cpp get_allocation_size, should_split). vLLM holds fused parameters (q/k/v
+  in one, gate and up in one, each projection's experts in one), so the blocks are those of the fused tensors.
+  serving.toml [load_allocator].
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from roofline.data import load_table
+from roofline.model.inventory import Inventory, Module, Tensor
+from roofline.predict.traffic import dtype_bytes
+
+MIB = 2**20
+SCALE_SUFFIXES = ("scales", "weight_scale", "scale")
+BIAS_SUFFIX = "bias"
+# the column-parallel projection of a MoE (its rows split over tensor-parallel ranks; the other's scale groups split)
+SPLIT_ROWS = ("gate_up", "w13", "w1", "w3")
+# vLLM's fused parameters, by the checkpoint's projection names: (names, the fused parameter)
+FUSED = ((("q_proj", "k_proj", "v_proj"), "qkv_proj"), (("gate_proj", "up_proj", "w1", "w3", "gate_up_proj"), "w13"),
+         (("down_proj", "w2"), "w2"))
+
+
+@dataclass(frozen=True)
+class HeldLayout:
+    layout: float  # what the experts' kernel layout holds beyond the checkpoint's tensors, per rank
+    blocks: float  # the caching allocator's blocks beyond the tensors they hold, per rank
+    source: str
+
+    @property
+    def bytes(self) -> float:
+        return self.layout + self.blocks
+
+
+def _round_up(value: float, multiple: float) -> float:
+    return -(-value // multiple) * multiple
+
+
+def _rule(moe_format: str, moe_backend: str | None) -> dict | None:
+    return next((r for r in load_table("serving").get("expert_layout", [])
+                 if r["format"] == moe_format and r["moe_backend"] == moe_backend), None)
+
+
+def _scale_extra(tensor: Tensor, rule: dict, tp: int) -> float:
+    """Bytes a (experts, rows, scale groups) scale tensor gains when its tiles pad rows and groups (one byte each:
+    E8M0 scales); a rank's rows or groups are its share."""
+    if len(tensor.shape) != 3:
+        return 0.0
+    experts, rows, groups = tensor.shape
+    if any(part in tensor.name.rsplit(".", 1)[-1] for part in SPLIT_ROWS):
+        rows = rows / tp
+    else:
+        groups = groups / tp
+    padded = _round_up(rows, rule["scale_rows_multiple"]) * _round_up(groups, rule["scale_groups_multiple"])
+    return experts * (padded - rows * groups)
+
+
+def _layout_extra(tensor: Tensor, rule: dict | None, tp: int) -> float:
+    if rule is None:
+        return 0.0
+    leaf = tensor.name.rsplit(".", 1)[-1]
+    if leaf.endswith(SCALE_SUFFIXES):
+        return _scale_extra(tensor, rule, tp)
+    if leaf.endswith(BIAS_SUFFIX):
+        return tensor.nbytes * (rule["bias_bytes"] / dtype_bytes(tensor.dtype.lower()) - 1) / tp
+    return 0.0
+
+
+def _parameter(module: Module, tensor: Tensor) -> tuple:
+    """The vLLM parameter a checkpoint tensor is loaded into: its layer, fused projection and kind (weight, scale,
+    bias ...); one per module where vLLM fuses nothing."""
+    parts = tensor.name.split(".")
+    for names, fused in FUSED:
+        for i, part in enumerate(parts):
+            for name in names:
+                if part == name or part.startswith(name + "_"):  # gpt-oss: gate_up_proj_blocks
+                    kind = part[len(name):] + "." + ".".join(parts[i + 1:])
+                    return module.layer, module.name.rsplit(".", 1)[0] if module.role != "moe_experts" else \
+                        module.name, fused, kind
+    return module.name, tensor.name
+
+
+def held_layout(inventory: Inventory, moe_format: str = "", moe_backend: str | None = None,
+                tp: int = 1) -> HeldLayout:
+    """What the weights take on one rank of `tp` beyond the checkpoint's tensors: the experts' kernel layout under
+    `moe_backend` (serving.toml [[expert_layout]]) and the caching allocator's blocks ([load_allocator])."""
+    rule = _rule(moe_format, moe_backend)
+    allocator = load_table("serving")["load_allocator"]
+    parameters: dict[tuple, float] = defaultdict(float)
+    layout = 0.0
+    for module in inventory.modules:
+        experts = module.role == "moe_experts" and module.format == moe_format
+        for tensor in module.tensors:
+            extra = _layout_extra(tensor, rule, tp) if experts else 0.0
+            layout += extra
+            parameters[_parameter(module, tensor)] += tensor.nbytes / tp + extra
+    segment, unsplit, smallest = (allocator["segment_round_mib"] * MIB, allocator["max_split_size_mib"] * MIB,
+                                  allocator["large_segment_above_mib"] * MIB)
+    blocks = 0.0
+    for size in parameters.values():
+        if size <= smallest:
+            continue  # packed into shared 20 MiB segments, split to the request
+        whole = _round_up(size, segment)
+        if size >= unsplit or whole - size <= allocator["split_remainder_above_mib"] * MIB:
+            blocks += whole - size
+    words = "the caching allocator's 2 MiB blocks while vLLM loads (serving.toml [load_allocator])"
+    if layout and rule is not None:
+        words = f"{rule['name']}: {rule['what']} (serving.toml [[expert_layout]]); {words}"
+    return HeldLayout(layout, blocks, words)
