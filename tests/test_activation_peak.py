@@ -120,6 +120,9 @@ def test_the_v2_runner_subtracts_no_cuda_graph_memory():
     graphs, eager = (capacity(moe, h100, Request(max_model_len=20480, enforce_eager=e)) for e in (False, True))
     assert term(graphs, "cuda_graphs") == pytest.approx(0.64, abs=0.01)  # 48 layers, a 512-token capture
     assert graphs.kv.tokens < eager.kv.tokens
+    # -cc.cudagraph_mode=NONE: torch.compile still runs, no graph is captured or estimated (gpu_worker.py)
+    compiled = capacity(moe, h100, Request(max_model_len=20480, cudagraph_mode="none"))
+    assert term(compiled, "cuda_graphs") == 0 and graphs.kv.tokens < compiled.kv.tokens <= eager.kv.tokens
     logged = {p.stem: json.loads(p.read_text())["startup"]["kv_tokens"]
               for p in (RESULTS / "vllm_h200").glob("llama8b-*.json") if "-prof" not in p.stem and "nvfp4" not in p.stem
               and "w4a16" not in p.stem and "ctx" not in p.stem}

@@ -320,7 +320,8 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
                         + (f"; a rank's share of the {tp} tensor-parallel ranks' split outputs" if tp > 1 else "")),
              MemoryTerm("non_torch", mem["non_torch_gib"] * GIB if hardware.host != "cpu" else 0.0,
                         mem["non_torch_kind"], mem["non_torch_source"])]
-    graph_pool = graphs_apply(hardware) and not request.enforce_eager  # eager: vLLM captures no graphs
+    # eager or a cudagraph_mode of none: vLLM captures no graphs and estimates none (gpu_worker.py)
+    graph_pool = graphs_apply(hardware) and not request.enforce_eager and request.cudagraph_mode != "none"
     if graph_pool:
         largest = request.capture_tokens or default_capture_tokens(seqs, tokens, request.speculative_tokens,
                                                                     inventory.shape.architecture, hardware)
