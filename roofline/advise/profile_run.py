@@ -20,7 +20,8 @@ picks (serving.toml [profile_run]):
   KV cache that much more than priced here.
 
 Checked against the allocations alive at vLLM 0.26.0's peak, traced on an H200 (roofline/live/vllm_probe.py
---memory-trace, benchmarks/results/vllm_h200_memory) and the logged peaks of every start-up the project ran.
+--memory-trace, benchmarks/results/vllm_h200_memory for V1, vllm_h200_loadtrace for V2 and the compile) and the
+logged peaks of every start-up the project ran.
 """
 from __future__ import annotations
 
@@ -233,7 +234,8 @@ def profile_peak(inventory: Inventory, tokens: int, seqs: int, max_model_len: in
         forward = max(forward, mla + (tokens * workspace * dtype if persists else 0))
     rows = min(seqs, tokens) if tokens else seqs
     kept = tokens * (workspace + KEPT_HIDDEN * hidden) * dtype
-    compile_copy = (_embedding_bytes(inventory) + COMPILE_OUTPUTS * tokens * hidden * dtype) if compiled else 0.0
+    # a rank's embedding is its share of the vocabulary (VocabParallelEmbedding); the outputs are whole
+    compile_copy = (_embedding_bytes(inventory) / tp + COMPILE_OUTPUTS * tokens * hidden * dtype) if compiled else 0.0
     if runner == "v2":
         attention = attention_outputs(inventory, tp)
         if attention and not mla:
