@@ -348,3 +348,20 @@ def test_quantizing_what_the_publisher_kept_says_so():
                          and "openai__gpt-oss-20b kept in BF16" in r["reasons"][0] for r in risky)
     bf16 = next(r for r in rows if r["format"] == "bf16")
     assert not any("accuracy risk" in reason for reason in bf16["reasons"])
+
+
+def test_a_row_vllm_would_not_start_does_not_fit(capsys):
+    """Nemotron-3-Nano-30B-A3B in BF16 on an H100 at a 4,096-token context: its weights and cache fit the memory, but
+    the KV cache left holds fewer Mamba state blocks than vLLM's default 1,024 sequences need for full CUDA graphs,
+    and vLLM refuses that serve line at start-up. The plan says so and picks a row that starts (capacity's check,
+    the one pricing of start-up memory)."""
+    from roofline.cli import main
+
+    rc = main(["plan", str(REFERENCE / "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"), "--hardware", "h100-sxm",
+               "--context", "4096", "--formats", "bf16,fp8", "--recipe", "default", "--json"])
+    assert rc == 0
+    payload = json.loads(capsys.readouterr().out)
+    rows = {r["format"]: r for r in payload["recommendations"]}
+    assert not rows["bf16"]["fits"] and rows["bf16"]["resident_gb"] < 80 * 0.92
+    assert rows["bf16"]["reasons"][0].startswith("does not start: vLLM refuses to start: max_num_seqs (1024) exceeds")
+    assert rows["fp8"]["fits"] and payload["top_pick"]["format"] == "fp8"

@@ -91,22 +91,41 @@ def plan_load(asked) -> PlanLoad | None:
     return PlanLoad(arrivals, targets, tuple(notes), targets_alone=not (rates or burst or arrivals.arrival == "trace"))
 
 
-def row_request(load: PlanLoad, *, context: int, kv_cache_dtype: str, backend, tp: int, link: str | None,
+def row_request(load: PlanLoad | None, *, context: int, kv_cache_dtype: str, backend, tp: int, link: str | None,
                 graphs: bool, speculative_tokens: int, acceptance_rate: float,
                 gpu_memory_utilization: float | None, cudagraph_mode: str = "full_and_piecewise",
                 async_scheduling: bool = True) -> Request:
     """The capacity Request of one plan row: the row's serve line (--max-model-len = the plan's context, its
-    KV dtype, backend, TP, eager or graphs, speculation) and the load's request lengths."""
-    a = load.arrivals
-    longest = max((r.prompt + r.output for r in a.trace), default=0) if a.arrival == "trace" else \
-        int((a.prompt_len + a.output_len) * (1 + a.range_ratio))
-    if longest > context:
-        raise RooflineError(f"the load's requests reach {longest:,} tokens, more than --context {context:,} (the rows' "
-                            "--max-model-len): give a longer --context or shorter requests")
-    return Request(max_model_len=context, kv_cache_dtype=kv_cache_dtype, concurrency=(1,),
-                   prompt_len=a.prompt_len, output_len=a.output_len, tp=tp, link=link, enforce_eager=not graphs, cudagraph_mode=cudagraph_mode,
-                   backend=backend, speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
+    KV dtype, backend, TP, eager or graphs, speculation) and the load's request lengths (without a load, one
+    request of the whole context: what vLLM checks at start-up)."""
+    lengths = {"prompt_len": max(1, context - 1), "output_len": 1}
+    if load is not None:
+        a = load.arrivals
+        longest = max((r.prompt + r.output for r in a.trace), default=0) if a.arrival == "trace" else \
+            int((a.prompt_len + a.output_len) * (1 + a.range_ratio))
+        if longest > context:
+            raise RooflineError(f"the load's requests reach {longest:,} tokens, more than --context {context:,} (the "
+                                "rows' --max-model-len): give a longer --context or shorter requests")
+        lengths = {"prompt_len": a.prompt_len, "output_len": a.output_len}
+    return Request(max_model_len=context, kv_cache_dtype=kv_cache_dtype, concurrency=(1,), **lengths, tp=tp,
+                   link=link, enforce_eager=not graphs, cudagraph_mode=cudagraph_mode, backend=backend,
+                   speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
                    gpu_memory_utilization=gpu_memory_utilization, async_scheduling=async_scheduling)
+
+
+# capacity's lines for a serve line vLLM would not start (its own checks at start-up, or no memory left for them)
+REFUSALS = ("vLLM refuses to start", "does not fit")
+
+
+def start_refusal(inventory: Inventory, hardware: Hardware, request: Request) -> str:
+    """Why vLLM would not start the row's serve line, as capacity says it ("" where it starts)."""
+    try:
+        capacity(inventory, hardware, request)
+    except RooflineError as refused:
+        if str(refused).startswith(REFUSALS):
+            return str(refused)
+        raise
+    return ""
 
 
 def row_load(inventory: Inventory, hardware: Hardware, request: Request, load: PlanLoad) -> RowLoad:

@@ -36,7 +36,7 @@ from roofline.predict.traffic import ROUTINGS, Scenario, Traffic, compute_traffi
 
 from .serve import parallel_flags, ray_setup, unified_memory_flags, workload_flags
 from .simulate import get_recipe, producer, simulate, simulate_all
-from .plan_load import PlanLoad, RowLoad, row_load, row_request
+from .plan_load import PlanLoad, RowLoad, row_load, row_request, start_refusal
 from .ties import Evidence, break_ties, tolerance
 
 PLAIN = set(PLAIN_FORMATS.values())
@@ -281,6 +281,11 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
         sim, traffic1 = sims[(rec.format, rec.recipe)]
         fp8 = sims.get(("fp8", rec.recipe))
         rec.reasons[:0] = _residual_reasons(sim, traffic1, rec.format, fp8[1].bytes_per_token if fp8 else None)
+    for rec in results:  # a row whose memory fits but whose serve line vLLM would refuse (capacity's checks)
+        if rec.fits and (refused := start_refusal(sims[(rec.format, rec.recipe)][0], hardware,
+                                                  _row_request(workload, rec, hardware, None))):
+            rec.fits = False
+            rec.reasons.insert(0, f"does not start: {refused}")
     key = (lambda r: (r.fits, r.aggregate_tok_s, r.single_stream_tok_s)) if workload.concurrency > 1 else \
         (lambda r: (r.fits, r.single_stream_tok_s, r.aggregate_tok_s))
     if workload.load is not None:  # under a load: the rows keeping its targets, then the highest rate keeping them
@@ -304,17 +309,21 @@ def _under_load(sim: Inventory, hardware: Hardware, workload: Workload, rec: Rec
     """The row served as its serve line says (capacity sizes its KV cache), run at the plan's load; a row that does
     not fit is not run; the top rows say how it went in their reasons."""
     if not rec.fits:
-        return RowLoad(None, False, [], refused="does not fit the memory budget")
-    utilization = min(0.95, workload.memory_budget_gb / hardware.usable_memory_gb) if workload.memory_budget_gb \
-        else None
-    request = row_request(workload.load, context=workload.context, kv_cache_dtype=rec.kv_cache_dtype,
-                          backend=rec.backend, tp=workload.tp, link=workload.link, graphs=workload.graphs,
-                          speculative_tokens=workload.speculative_tokens, acceptance_rate=workload.acceptance_rate,
-                          gpu_memory_utilization=utilization, cudagraph_mode=workload.cudagraph_mode,
-                          async_scheduling=workload.async_scheduling)
-    out = row_load(sim, hardware, request, workload.load)
+        return RowLoad(None, False, [], refused="does not fit the memory budget or does not start")
+    out = row_load(sim, hardware, _row_request(workload, rec, hardware, workload.load), workload.load)
     rec.reasons.insert(0, _load_reason(workload.load, out))
     return out
+
+
+def _row_request(workload: Workload, rec: Recommendation, hardware: Hardware, load: PlanLoad | None):
+    """The capacity Request of the row's serve line (at the load's request lengths under a load)."""
+    utilization = min(0.95, workload.memory_budget_gb / hardware.usable_memory_gb) if workload.memory_budget_gb \
+        else None
+    return row_request(load, context=workload.context, kv_cache_dtype=rec.kv_cache_dtype, backend=rec.backend,
+                       tp=workload.tp, link=workload.link, graphs=workload.graphs,
+                       speculative_tokens=workload.speculative_tokens, acceptance_rate=workload.acceptance_rate,
+                       gpu_memory_utilization=utilization, cudagraph_mode=workload.cudagraph_mode,
+                       async_scheduling=workload.async_scheduling)
 
 
 def _load_reason(load: PlanLoad, row: RowLoad) -> str:
