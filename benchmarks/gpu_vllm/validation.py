@@ -544,8 +544,8 @@ def transfer_error(model) -> dict:
     errors = [r.measured_ms / (1e3 * r.row.graphs_s(model.efficiency, model.floor_us, model.utilization)) - 1
               for r in runs]
     return {"error": _ceil(statistics.mean(abs(e) for e in errors)), "points": len(errors),
-            "what": f"GB10's bench runs priced with the H200's efficiency {model.efficiency:.2f}, floor "
-                    f"{model.floor_us:.1f} us and no GB10 figure: mean |error| of tok/s"}
+            "what": f"the published GB10 runs (benchmarks/gb10/results.csv) priced with the H200's efficiency "
+                    f"{model.efficiency:.2f}, floor {model.floor_us:.1f} us and no GB10 figure: mean |error| of tok/s"}
 
 
 def host_spread(rows) -> dict:
@@ -558,7 +558,8 @@ def host_spread(rows) -> dict:
     key = max(spreads, key=spreads.get)
     return {"error": _ceil(spreads[key]),
             "what": f"vLLM's eager step of one case ({Path(key[0]).name}, batch {key[2]}) on two starts of the same "
-                    f"kind of x86 machine: {min(groups[key]):.1f} vs {max(groups[key]):.1f} ms"}
+                    f"kind of x86 machine: {min(groups[key]):.1f} vs {max(groups[key]):.1f} ms (docs/VALIDATION.md, "
+                    f"every point)"}
 
 
 def main() -> int:

@@ -10,8 +10,8 @@ held-out cases -- a class with fewer than 5 such points takes the quantile of it
 its own worst point -- or in sample where no point was left out, as the table says.
 
 Off the validated GPUs the band is the nearest class's widened: on another GPU by the transfer error
-(validation.toml [transfer]: the error on GB10's runs of the coefficients fitted on the H200, what a GPU
-without its own fit gets), and in eager mode on any host but the one measured by the host-to-host
+(validation.toml [transfer]: the error on the published GB10 runs in benchmarks/gb10/results.csv of the
+coefficients fitted on the H200, what a GPU without its own fit gets), and in eager mode on any host but the one measured by the host-to-host
 spread (validation.toml [host_spread]), which `roofline calibrate --engine vllm` narrows."""
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class Band:
 
     @property
     def says_nothing(self) -> bool:
-        """A band past ±50% is no figure a user can act on: said in words, not as a number (#43)."""
+        """A band past ±50% is no figure a user can act on: said in words, not as a number."""
         return self.error > WORDS_ABOVE
 
     def short(self) -> str:
