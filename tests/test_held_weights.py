@@ -48,17 +48,17 @@ def test_the_weights_are_what_vllm_holds(path):
     arrived = traced["exit"]["allocated_bytes"] - traced["entry"]["allocated_bytes"]
     experts = next((m for m in held.modules if m.role == "moe_experts"), None)
     ours = held_layout(held, experts.format if experts else "", "triton" if experts else None)
-    assert ours.blocks == pytest.approx(traced["block_overhang"]["bytes"], rel=0.03) if "block_overhang" in traced \
-        else True
+    if "block_overhang" in traced:  # recorded from the second runs on (gptoss*-load2)
+        assert ours.blocks == pytest.approx(traced["block_overhang"]["bytes"], rel=0.03)
+    answer = capacity(held, get_hardware("h200"), request(result))
+    weights = next(t.bytes for t in answer.memory_terms if t.name == "weights")
+    assert 0 < result["startup"]["weights_gib"] * GIB - weights < 0.04 * GIB  # the rotary cache
     # the live tensors (the trace's requests): the checkpoint's, the layout's and gpt-oss's float32 YaRN cos/sin
     # cache (131,072 positions x 64 rotary dims x 4 bytes)
     if "gpt-oss" in result["config"]:
         rotary = 131072 * 64 * 4
         assert held.weight_bytes + ours.layout + rotary == pytest.approx(traced["live_bytes"], rel=0.0005)
         assert arrived == pytest.approx(result["startup"]["weights_gib"] * GIB, abs=0.01 * GIB)
-        answer = capacity(held, get_hardware("h200"), request(result))
-        weights = next(t.bytes for t in answer.memory_terms if t.name == "weights")
-        assert 0 < result["startup"]["weights_gib"] * GIB - weights < 0.04 * GIB  # the rotary cache
         assert ours.layout > 0 and "HopperMXScaleLayout" in ours.source
 
 
