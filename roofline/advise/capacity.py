@@ -248,13 +248,19 @@ def request_profile_peak(inventory: Inventory, hardware: Hardware, request: Requ
     """vLLM's profile run for the request's engine (advise/profile_run.py): its model runner, the experts' kernel
     (the request's backend, else vLLM's default for the checkpoint), the device's SMs, torch.compile on a GPU unless
     --enforce-eager."""
-    backend = request.backend or default_backend(inventory.main_format(), hardware)
-    experts = next((m for m in inventory.modules if m.role == "moe_experts"), None)
     runner = model_runner(inventory, request.draft_method if request.speculative_tokens else None)
     return profile_peak(inventory, tokens, seqs, request.max_model_len,
                         request.block_size or platform_layout(hardware, mla=True).default_block_size, tp, runner,
-                        experts.format if experts else "", getattr(backend, "moe_backend", None), hardware.sm_count,
+                        *experts_kernel(inventory, hardware, request), hardware.sm_count,
                         compiled=graphs_apply(hardware) and not request.enforce_eager)
+
+
+def experts_kernel(inventory: Inventory, hardware: Hardware, request: Request) -> tuple[str, str | None]:
+    """(the experts' format, the MoE backend they run on: the request's, else vLLM's default here); ("", None)
+    without experts' weights to speak of."""
+    backend = request.backend or default_backend(inventory.main_format(), hardware)
+    experts = next((m for m in inventory.modules if m.role == "moe_experts"), None)
+    return (experts.format if experts else ""), getattr(backend, "moe_backend", None)
 
 
 # below this (GiB) the weights' line does not name what vLLM holds beyond the checkpoint (it is still counted)
@@ -266,9 +272,7 @@ def request_held_layout(inventory: Inventory, hardware: Hardware, request: Reque
     backend, else vLLM's default here) and the caching allocator's blocks at load."""
     if hardware.host == "cpu":
         return HeldLayout(0.0, 0.0, "")
-    experts = next((m for m in inventory.modules if m.role == "moe_experts"), None)
-    backend = request.backend or default_backend(inventory.main_format(), hardware)
-    return held_layout(inventory, experts.format if experts else "", getattr(backend, "moe_backend", None), tp)
+    return held_layout(inventory, *experts_kernel(inventory, hardware, request), tp)
 
 
 def _runner_text(peak: ProfilePeak) -> str:
@@ -320,8 +324,7 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
                         + (f"; a rank's share of the {tp} tensor-parallel ranks' split outputs" if tp > 1 else "")),
              MemoryTerm("non_torch", mem["non_torch_gib"] * GIB if hardware.host != "cpu" else 0.0,
                         mem["non_torch_kind"], mem["non_torch_source"])]
-    # eager or a cudagraph_mode of none: vLLM captures no graphs and estimates none (gpu_worker.py)
-    graph_pool = graphs_apply(hardware) and not request.enforce_eager and request.cudagraph_mode != "none"
+    graph_pool = captures_graphs(request, hardware)
     if graph_pool:
         largest = request.capture_tokens or default_capture_tokens(seqs, tokens, request.speculative_tokens,
                                                                     inventory.shape.architecture, hardware)
@@ -353,9 +356,15 @@ def decode_curve(inventory: Inventory, hardware: Hardware, levels, context: int,
     return curve, knee, one or price(1)
 
 
+def captures_graphs(request: Request, hardware: Hardware) -> bool:
+    """Whether vLLM captures CUDA graphs (and estimates their memory, gpu_worker.py): a GPU, not --enforce-eager,
+    a cudagraph_mode other than none."""
+    return graphs_apply(hardware) and not request.enforce_eager and request.cudagraph_mode != "none"
+
+
 def full_decode_graphs(request: Request, hardware: Hardware) -> bool:
-    """Whether vLLM captures full CUDA graphs of decode steps: a GPU, not --enforce-eager, a mode with full graphs."""
-    return graphs_apply(hardware) and not request.enforce_eager and request.cudagraph_mode in (
+    """Whether vLLM captures full CUDA graphs of decode steps: it captures graphs, in a mode with full ones."""
+    return captures_graphs(request, hardware) and request.cudagraph_mode in (
         "full_and_piecewise", "full", "full_decode_only")
 
 
