@@ -101,3 +101,15 @@ def test_a_warm_compile_cache_gives_vllm_more_than_priced_never_less():
     ours = capacity(held, get_hardware("h200"), request(cold)).kv.tokens
     assert ours == pytest.approx(cold["startup"]["kv_tokens"], rel=0.001)
     assert 0 < warm["startup"]["kv_tokens"] / ours - 1 < 0.01
+
+
+def test_a_pipeline_stage_holds_its_share_of_the_layout():
+    """gpt-oss-120b over two pipeline stages on H100s: the fullest stage's weights term carries its share of what
+    vLLM holds beyond the checkpoint (the layers' layout and blocks), not the whole model's."""
+    held = load_inventory(str(ROOT / "tests" / "reference_configs" / "openai__gpt-oss-120b"))
+    h100 = get_hardware("h100-sxm")
+    whole = held_layout(held, "mxfp4", "triton").bytes
+    answer = capacity(held, h100, Request(max_model_len=8192, pp=2))
+    stage = next(t.bytes for t in answer.memory_terms if t.name == "weights")
+    share = stage - held.weight_bytes / 2
+    assert 0.4 * whole < share < 0.6 * whole

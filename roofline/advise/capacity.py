@@ -297,6 +297,8 @@ def memory_terms(inventory: Inventory, hardware: Hardware, request: Request,
     tokens = batched_tokens(request, hardware)
     peak = request_profile_peak(inventory, hardware, request, tokens, seqs, tp)
     layout = request_held_layout(inventory, hardware, request, tp)
+    if weights_per_rank is not None and request.pp > 1:  # the fullest stage holds its share of the layers' layout
+        layout = layout.share(min(1.0, weights_per_rank * tp / inventory.weight_bytes))
     if hardware.runtime_memory_gib:  # what vLLM multiplies: the runtime's total, not the datasheet's
         device, device_text = hardware.runtime_memory_gib * GIB, (f"{hardware.runtime_memory_gib:g} GiB device memory "
                                                                  f"as the CUDA runtime reports it")

@@ -42,6 +42,10 @@ class HeldLayout:
     def bytes(self) -> float:
         return self.layout + self.blocks
 
+    def share(self, fraction: float) -> HeldLayout:
+        """A pipeline stage's part: the fraction of the weights it holds."""
+        return HeldLayout(self.layout * fraction, self.blocks * fraction, self.source)
+
 
 def _round_up(value: float, multiple: float) -> float:
     return -(-value // multiple) * multiple
