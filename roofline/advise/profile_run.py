@@ -114,41 +114,38 @@ def expert_workspace(inventory: Inventory, tp: int = 1) -> float:
     return max(shape.experts_per_token, 1) * (max(inter, hidden) + max((2 if gated else 1) * inter, hidden))
 
 
-def attention_transient(inventory: Inventory, tp: int = 1) -> float:
-    """Elements per token alive at an attention layer's output projection: the q/k/v projection's output, the
-    per-head q / k norms' outputs where the model has them (Qwen3), the attention's output and o_proj's."""
+def _attention_widths(inventory: Inventory, tp: int = 1) -> tuple[float, float, float, float] | None:
+    """Elements per token of an attention layer's outputs on one rank: (the q/k/v projection's, the per-head q
+    norm's and k norm's where the model has them (Qwen3), the attention's); None without attention heads."""
     cfg, shape = text_config(inventory.config), inventory.shape
     heads = config_int(cfg, "num_attention_heads", default=0)
     if not heads:
-        return 0.0
+        return None
     hidden = shape.hidden_size
     kv_heads = config_int(cfg, "num_key_value_heads", default=heads)
     head_dim = config_int(cfg, "head_dim", default=hidden // heads)
     layer = next((a.layer for a in shape.attention), 0)
     names = {m.name.rsplit(".", 1)[-1] for m in inventory.modules if m.layer == layer}
     qkv_params = sum(m.params for m in inventory.modules if m.layer == layer and m.role == "attention_qkv")
+    query = heads / tp * head_dim
     kv = 2 * max(kv_heads / tp, 1) * head_dim  # KV heads fewer than ranks: replicated
-    qkv = max(qkv_params / hidden / tp, heads / tp * head_dim + kv) if qkv_params else heads / tp * head_dim + kv
-    normed = (heads / tp * head_dim if "q_norm" in names else 0) + (kv / 2 if "k_norm" in names else 0)
-    return qkv + normed + heads / tp * head_dim + hidden
+    qkv = max(qkv_params / hidden / tp, query + kv) if qkv_params else query + kv
+    return qkv, (query if "q_norm" in names else 0.0), (kv / 2 if "k_norm" in names else 0.0), query
+
+
+def attention_transient(inventory: Inventory, tp: int = 1) -> float:
+    """Elements per token alive at an attention layer's output projection: the q/k/v projection's output, the
+    per-head q / k norms' outputs where the model has them (Qwen3), the attention's output and o_proj's."""
+    widths = _attention_widths(inventory, tp)
+    return sum(widths) + inventory.shape.hidden_size if widths else 0.0
 
 
 def attention_outputs(inventory: Inventory, tp: int = 1) -> float:
     """Elements per token of an attention layer's projection outputs alive in V2's profile forward (which skips the
     attention itself): the q/k/v projection's and the per-head q norm's where the model has one; 0 without
     attention."""
-    cfg, shape = text_config(inventory.config), inventory.shape
-    heads = config_int(cfg, "num_attention_heads", default=0)
-    if not heads or not shape.attention:
-        return 0.0
-    hidden = shape.hidden_size
-    kv_heads = config_int(cfg, "num_key_value_heads", default=heads)
-    head_dim = config_int(cfg, "head_dim", default=hidden // heads)
-    layer = shape.attention[0].layer
-    names = {m.name.rsplit(".", 1)[-1] for m in inventory.modules if m.layer == layer}
-    qkv_params = sum(m.params for m in inventory.modules if m.layer == layer and m.role == "attention_qkv")
-    qkv = qkv_params / hidden / tp if qkv_params else (heads + 2 * kv_heads) * head_dim / tp
-    return qkv + (heads / tp * head_dim if "q_norm" in names else 0)
+    widths = _attention_widths(inventory, tp) if inventory.shape.attention else None
+    return widths[0] + widths[1] if widths else 0.0
 
 
 def mla_profile_bytes(cfg: dict, tokens: int, seqs: int, max_model_len: int, block: int, dtype: float,
