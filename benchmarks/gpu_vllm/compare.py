@@ -81,7 +81,11 @@ def compared(folder: Path = RESULTS) -> tuple[list, list]:
                               max_num_batched_tokens=engine.get("max_num_batched_tokens"),
                               gpu_memory_utilization=engine.get("gpu_memory_utilization"),
                               enforce_eager=result["mode"] == "eager", kv_cache_dtype=kv_dtype,
-                              prefix_caching=False)  # the probe runs vLLM with enable_prefix_caching=False
+                              prefix_caching=False,  # the probe runs vLLM with enable_prefix_caching=False
+                              # the run's own request (its prompt and longest generation): the pool's size
+                              # does not depend on it, but a request must fit max_model_len
+                              prompt_len=result["decode"][0]["context"],
+                              output_len=min(256, result["max_model_len"] - result["decode"][0]["context"]))
             try:
                 # what vLLM holds for the run's deployment, as the commands price it (no MTP layers without mtp)
                 held = deployed_inventory(inventory, Deployment(kv_cache_dtype=kv_dtype))

@@ -30,8 +30,11 @@ fi
 if [ "$action" = "calibrate" ]; then
   mkdir -p /tmp/rdeps
   for wheel in .whl/roofline-deps/*.whl; do [ -f "$wheel" ] && python3 -m zipfile -e "$wheel" /tmp/rdeps; done
+  # roofline as a user has it installed: calibrate's vLLM child drops the working directory from its path
+  # (roofline/live/child.py), so the package goes beside roofline's missing requirements, not the tree
+  rm -rf /tmp/rdeps/roofline && cp -r roofline /tmp/rdeps/roofline
   # the image's own packages first, roofline's missing ones after
-  export PYTHONPATH=/tmp/site:$(pwd):/tmp/rdeps ROOFLINE_HARDWARE_FILE=$OUT/hardware.toml
+  export PYTHONPATH=/tmp/site:/tmp/rdeps ROOFLINE_HARDWARE_FILE=$OUT/hardware.toml
   python3 -m roofline.cli calibrate --engine vllm --save h200-here --json "$@" > "$OUT/calibrate.json" \
       || { echo "calibrate failed"; exit 1; }
   tail -c 4000 "$OUT/calibrate.json"

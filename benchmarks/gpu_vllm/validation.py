@@ -41,17 +41,8 @@ gb10_fit = _load("gb10_fit", REPO / "benchmarks" / "gb10" / "fit.py")
 MARKDOWN = REPO / "docs" / "VALIDATION.md"
 TABLE = REPO / "roofline" / "data" / "validation.toml"
 
-# A band is the error that covers 90% of its class's out-of-sample errors (not their mean); a class with fewer
-# than MIN_POINTS of them takes the quantile of the pooled class above it (wider, said), never less than its own
-# worst point.
-COVERAGE = 0.9
-MIN_POINTS = 5
-
-
-def quantile(values: list[float], q: float = COVERAGE) -> float:
-    """The nearest-rank quantile of |values|: the smallest value at or above a share q of them."""
-    ordered = sorted(abs(v) for v in values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+# the band rule (roofline/predict/bands.py): 90% of the class's out-of-sample errors, pooled under MIN_POINTS
+from roofline.predict.bands import COVERAGE, MIN_POINTS, quantile  # noqa: E402,F401
 
 
 def band_of(own: list[float], pools: list[tuple[str, list[float]]]) -> tuple[float, str]:
@@ -228,6 +219,7 @@ def build() -> tuple[str, str]:
     gb10_lines, gb10_toml = gb10_section()
     transfer = transfer_error(model)
     spread = host_spread(rows)
+    calibrated = calibrated_transfer(model)
     lines += gb10_lines + first_token_section() + load_section() + kv_tokens_section() + [
         "",
         "## Off the validated GPUs and hosts",
@@ -238,6 +230,11 @@ def build() -> tuple[str, str]:
         "- **Eager mode on another host** than the one measured (every host but the H200's, the Grace host included:",
         f"  its cost is calibrated to one report) adds the host-to-host spread, ±{100 * spread['error']:.0f}%: {spread['what']}.",
         "  `roofline calibrate --engine vllm` measures the user's own host and narrows it.",
+        f"- **Eager after `roofline calibrate --engine vllm`**: the entry's band for a class it ran is {COVERAGE:.0%} of",
+        f"  its own errors with each model left out (a class of fewer than {MIN_POINTS}: of every class of the mode, never",
+        "  below its own worst), and in eager mode never below the error on the host it measured of models it never",
+        f"  ran, ±{100 * calibrated['error']:.0f}%: {calibrated['what']}. Not measured on one host: MoE and hybrid models",
+        "  of other families after the calibration's own (their layers' Python is the calibration's MoE / Mamba fit).",
         "",
         "Not validated: GDN hybrids on a GPU beyond the cut Qwen3-Next above, MLA beyond the 4-layer DeepSeek-V3 cut,",
         "tensor parallelism under vLLM. A family and mode no GPU validated prints \"no validation for this class\".",
@@ -257,6 +254,8 @@ def build() -> tuple[str, str]:
         "[transfer]", f"error = {transfer['error']:.2f}", f"points = {transfer['points']}",
         f'what = "{transfer["what"]}"', "",
         "[host_spread]", f"error = {spread['error']:.2f}", f'what = "{spread["what"]}"', "",
+        "[calibrated_transfer]", f"error = {calibrated['error']:.2f}", f"points = {calibrated['points']}",
+        f'what = "{calibrated["what"]}"', "",
     ]
     return "\n".join(lines), "\n".join(toml)
 
@@ -546,6 +545,37 @@ def transfer_error(model) -> dict:
     return {"error": _ceil(statistics.mean(abs(e) for e in errors)), "points": len(errors),
             "what": f"the published GB10 runs (benchmarks/gb10/results.csv) priced with the H200's efficiency "
                     f"{model.efficiency:.2f}, floor {model.floor_us:.1f} us and no GB10 figure: mean |error| of tok/s"}
+
+
+# one machine start (H200, 2026-11-27): the calibration's own dense eager run (`calibrate --engine vllm` runs
+# Qwen3-8B eager at its probe arguments) and models it never ran, measured the same way on the same host
+# (benchmarks/gpu_vllm/calibrated_eager.sh; the calibration itself did not finish on that start)
+CALIBRATED_HOST = "vllm_h200_caleager"
+CALIBRATION_CASE = "q8b-again-cal-eager"
+
+
+def calibrated_transfer(model) -> dict:
+    """Eager after a calibration, on the host it measured: the host cost per eager kernel refitted to the
+    calibration's dense run (least squared log error: a host-set eager step scales with it), pricing the dense
+    models of other families measured the same way on the same machine start. The error a calibrated entry's
+    eager band never goes below (roofline/live/engine_calibrate.py)."""
+    from dataclasses import replace
+
+    from roofline.predict.hardware import get_hardware
+
+    hardware = get_hardware(fit.HARDWARE)
+    rows = [row for path, result, inventory, routing in fit.results(fit.RESULTS.parent / CALIBRATED_HOST)
+            for row in fit.rows_for(result, inventory, hardware, path.stem, routing) if row.mode == "eager"]
+    own = [r for r in rows if r.case == CALIBRATION_CASE]
+    scale = math.exp(statistics.mean(math.log(r.measured_ms / model.predict_ms(r)) for r in own))
+    host = replace(model, host_us=model.host_us * scale)
+    others = [r for r in rows if r.case != CALIBRATION_CASE and r.family == "dense"]
+    errors = [host.predict_ms(r) / r.measured_ms - 1 for r in others]
+    cases = sorted({f"{r.architecture} batch {r.batch}: {100 * e:+.0f}%" for r, e in zip(others, errors)})
+    return {"error": _ceil(quantile(errors)), "points": len(errors), "host_us": host.host_us,
+            "what": f"eager steps of dense models the calibration never ran ({'; '.join(cases)}), priced with the "
+                    f"host cost per kernel refitted to the calibration's own Qwen3-8B eager run on the same "
+                    f"machine start ({host.host_us:.1f} us; benchmarks/results/{CALIBRATED_HOST})"}
 
 
 def host_spread(rows) -> dict:

@@ -137,6 +137,7 @@ def command(models, engine, batches_text, context, device, buffer_mb, repetition
 
 def _echo_engine(result) -> None:
     from roofline.live.engine_calibrate import layer_python
+    from roofline.predict.bands import spread
 
     echo(f"vLLM {result.vllm_version} on {result.device_name}: decode steps measured and fitted")
     echo(f"  {'model':20}{'family':8}{'mode':8}{'batch':>6}{'context':>9}{'measured ms':>13}{'fitted ms':>11}"
@@ -159,10 +160,11 @@ def _echo_engine(result) -> None:
     if python:
         echo("  eager Python per layer beyond its launches: "
              + ", ".join(f"{kind} {value:g} launches' worth" for kind, value in python.items()))
-    echo("  the entry's own bands (mean |error| of the step per class; commands print these with --hardware KEY):")
+    echo("  the entry's own bands (commands print these with --hardware KEY):")
     for band in result.bands():
-        echo(f"    {band.family:7}{band.mode:7}±{100 * band.mean_abs:.0f}% (max {100 * band.max_abs:.0f}%, "
-             f"{band.points} points, {band.basis}: {', '.join(band.models)})")
+        echo(f"    {band.family:7}{band.mode:7}{spread(band.band)} (mean {100 * band.mean_abs:.0f}%, max "
+             f"{100 * band.max_abs:.0f}%, {band.points} points, {band.basis}: {', '.join(band.models)}; "
+             f"{band.band_basis})")
     echo("  never measured: " + "; ".join(result.unmeasured())
          + " (a family or mode not run takes the nearest validated class's band, widened)")
 

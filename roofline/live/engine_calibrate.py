@@ -27,7 +27,7 @@ from msgspec import Meta
 
 from roofline.data import load_table
 from roofline.errors import RooflineError
-from roofline.predict.bands import model_family, uncalibrated_error
+from roofline.predict.bands import MIN_POINTS, model_family, quantile, uncalibrated_error
 from roofline.predict.step import compute_utilization
 from roofline.schema import checked
 from roofline.untrusted import printable
@@ -82,7 +82,7 @@ class EngineRun:
 class ClassBand:
     """How well the entry's own fit priced one class (model family x graph mode) of its runs: the mean and
     largest |error| of the step, each model left out of the fit in turn where the class has points of a model
-    the rest can price, else in sample."""
+    the rest can price, else in sample; and the band the entry prints for the class (band_of)."""
     family: str
     mode: str
     points: int
@@ -90,10 +90,30 @@ class ClassBand:
     max_abs: float
     basis: str  # "out of sample" | "in sample"
     models: tuple[str, ...]
+    band: float = 0.0
+    band_basis: str = ""
 
     def to_json(self) -> dict:
-        return {"family": self.family, "mode": self.mode, "points": self.points, "error": round(self.mean_abs, 4),
-                "max_error": round(self.max_abs, 4), "basis": self.basis, "models": list(self.models)}
+        return {"family": self.family, "mode": self.mode, "points": self.points, "error": round(self.band, 4),
+                "mean_error": round(self.mean_abs, 4), "max_error": round(self.max_abs, 4), "basis": self.basis,
+                "band_basis": self.band_basis, "models": list(self.models)}
+
+
+def band_of(own: list[float], mode_errors: list[float], mode: str) -> tuple[float, str]:
+    """(band, how it was set) for a class of a calibration: the error that covers 90% of its own errors where it
+    has MIN_POINTS of them, else of every class of its mode in the calibration (never below its own worst); in
+    eager mode never below the error validated on the host a calibration measured, of models it never ran
+    (validation.toml [calibrated_transfer]: one dense model per family here, the user's are others)."""
+    if len(own) >= MIN_POINTS:
+        band, basis = quantile(own), f"90% of its {len(own)} errors"
+    else:
+        band = max(quantile(mode_errors), max(map(abs, own)))
+        basis = f"90% of the calibration's {len(mode_errors)} {mode} errors ({len(own)} of its own)"
+    floor = load_table("validation").get("calibrated_transfer") if mode == "eager" else None
+    if floor and floor["error"] > band:
+        band, basis = floor["error"], (f"{basis}, raised to the error of models a calibration never ran on the host "
+                                       f"it measured ({floor['points']} points, docs/VALIDATION.md)")
+    return band, basis
 
 
 @dataclass
@@ -113,7 +133,7 @@ class EngineCalibration:
     def bands(self) -> list[ClassBand]:
         """Per measured class: the leave-one-model-out error where every point has one, else in sample."""
         rows = self.rows()
-        out = []
+        classes = []
         for family in FAMILIES:
             for mode in MODES[self.device]:
                 index = [i for i, r in enumerate(rows) if r.family == family and r.mode == mode]
@@ -122,9 +142,12 @@ class EngineCalibration:
                 out_of_sample = all(i in self.left_out for i in index)
                 errs = [self.left_out[i] if out_of_sample else self.fit.predict_ms(rows[i]) / rows[i].measured_ms - 1
                         for i in index]
-                out.append(ClassBand(family, mode, len(errs), sum(map(abs, errs)) / len(errs), max(map(abs, errs)),
-                                     "out of sample" if out_of_sample else "in sample",
-                                     tuple(dict.fromkeys(rows[i].case for i in index))))
+                classes.append((family, mode, errs, out_of_sample, tuple(dict.fromkeys(rows[i].case for i in index))))
+        out = []
+        for family, mode, errs, out_of_sample, models in classes:
+            band, basis = band_of(errs, [e for _, m, each, _, _ in classes if m == mode for e in each], mode)
+            out.append(ClassBand(family, mode, len(errs), sum(map(abs, errs)) / len(errs), max(map(abs, errs)),
+                                 "out of sample" if out_of_sample else "in sample", models, band, basis))
         return out
 
     def unmeasured(self) -> list[str]:

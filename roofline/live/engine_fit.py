@@ -96,13 +96,18 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
     the run set besides batch and context (KV dtype, backend)."""
     architecture = inventory.shape.model_type or "?"
     recurrent = [r.kind for r in inventory.shape.recurrent]
-    moe_layers = len({m.layer for m in inventory.modules if m.role == "moe_experts" and m.layer is not None})
     rows = []
     for decode in result["decode"]:
         step = price_step(inventory, hardware, replace(base, batch=decode["batch"], context=decode["context"],
                                                        routing=routing))
         segments = step.main.segments
         python_layers = {"moe_experts", "mamba_core"}  # fitted as moe_layers / mamba_layers
+
+        def fitted_python(c) -> bool:  # a backend's own measured Python stays the table's (host_equiv)
+            return c.role in python_layers and not c.host_own
+
+        moe_layers = len({c.layer for c in step.profile.counts if c.role == "moe_experts" and not c.host_own
+                          and c.layer is not None})
         rows.append(Row(
             case=case, architecture=architecture, config=result["config"],
             quantization=result.get("quantization"), mode=result["mode"], batch=decode["batch"],
@@ -115,7 +120,7 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
             gemm_utilization=step.backend.gemm_utilization(hardware),
             weight_gbps=step.backend.weight_gbps(hardware), weight_only=step.backend.weight_only,
             kernels=sum(s.kernels for s in segments), eager_kernels=sum(s.eager_kernels for s in segments),
-            host_equiv=sum(c.host_equiv for c in step.profile.counts if c.role not in python_layers),
+            host_equiv=sum(c.host_equiv for c in step.profile.counts if not fitted_python(c)),
             backend_gemms=sum(c.gemms for c in step.profile.counts
                               if c.gemms and c.backend == (step.backend.linear_backend or "cublas")),
             moe_layers=moe_layers, mamba_layers=recurrent.count("mamba"), family=model_family(inventory),

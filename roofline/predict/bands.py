@@ -15,6 +15,7 @@ coefficients fitted on the H200, what a GPU without its own fit gets), and in ea
 spread (validation.toml [host_spread]), which `roofline calibrate --engine vllm` narrows."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from roofline.data import load_table
@@ -23,6 +24,18 @@ from roofline.model.inventory import Inventory
 from .backends import weight_family
 from .hardware import Hardware
 from .launch import graphs_apply
+
+
+# A band is the error that covers COVERAGE of its class's out-of-sample errors (not their mean); a class with
+# fewer than MIN_POINTS of them takes the quantile of a pooled class (wider, said), never less than its own worst
+COVERAGE = 0.9
+MIN_POINTS = 5
+
+
+def quantile(values: list[float], q: float = COVERAGE) -> float:
+    """The nearest-rank quantile of |values|: the smallest value at or above a share q of them."""
+    ordered = sorted(abs(v) for v in values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 # a graph step whose device time is under this many times the engine's host time per step is in the host's regime
@@ -178,7 +191,7 @@ def _calibrated_band(hardware: Hardware, family: str, mode: str) -> Band | None:
     if own is None:
         return None
     return Band(own.error, family, mode, hardware.key, True, own.points, hardware.vllm_version or "?", own.basis,
-                ("bf16",), reference=f"calibrate --engine vllm, {hardware.origin}")
+                ("bf16",), reference=f"calibrate --engine vllm, {hardware.origin}", note=own.band_basis)
 
 
 def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str, batch: int,

@@ -117,10 +117,14 @@ class CalibratedBand(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     family: Family
     mode: Annotated[str, Meta(pattern=r"^(graphs|eager)$")]
     points: Annotated[int, Meta(ge=1, le=100000)]
-    error: Annotated[float, Meta(ge=0, le=100)]  # mean |error| of the step
+    # the band printed: 90% of the class's errors (pooled, raised: band_basis); entries saved before 2026-11-27
+    # hold the mean |error| here and no mean_error
+    error: Annotated[float, Meta(ge=0, le=100)]
     max_error: Annotated[float, Meta(ge=0, le=100)]
     basis: Annotated[str, Meta(pattern=r"^(out of sample|in sample)$")]
     models: Annotated[list[Annotated[str, Meta(max_length=200)]], Meta(max_length=64)] = []
+    mean_error: Annotated[float, Meta(ge=0, le=100)] | None = None
+    band_basis: Annotated[str, Meta(max_length=400)] = ""
 
 
 class HardwareEntry(msgspec.Struct, forbid_unknown_fields=True):

@@ -37,6 +37,9 @@ class KernelCount:
     # of host time (so that it scales with the host class's cost per kernel)
     host_equiv: float = 0.0
     gemms: float = 0.0  # the GEMMs among the kernels (a linear layer's; none for cores and MoE)
+    # host_equiv is the entry's own (a backend's Python measured for it, e.g. triton_kernels' MoE), not the layer
+    # kind's [python.*] figure that a calibration of another backend refits
+    host_own: bool = False
 
     @property
     def eager(self) -> float:
@@ -136,7 +139,7 @@ def _count(layer, role, backend, entry: dict, times: float = 1.0, source: str | 
     eager = entry.get("eager_kernels", entry["kernels"])
     host_equiv = entry.get("eager_host_equiv", python["eager_host_equiv"] if python else 0.0)  # the entry's own first
     return KernelCount(layer, role, backend, times * entry["kernels"], source or entry["source"],
-                       eager_kernels=times * eager, host_equiv=host_equiv)
+                       eager_kernels=times * eager, host_equiv=host_equiv, host_own="eager_host_equiv" in entry)
 
 
 def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None) -> KernelProfile:

@@ -649,8 +649,9 @@ PYTHON_KIND_OF_ROLE = {"moe_experts": "moe", "mamba_core": "mamba"}
 
 def _host_equiv(hardware: Hardware, count) -> float:
     """A count's eager Python beyond its launches: the table's, or what `calibrate --engine vllm` fitted on this
-    host for a MoE / Mamba layer."""
-    kind = PYTHON_KIND_OF_ROLE.get(count.role)
+    host for a MoE / Mamba layer (not for a backend whose own Python the table measured: the calibration ran
+    another)."""
+    kind = None if count.host_own else PYTHON_KIND_OF_ROLE.get(count.role)
     return hardware.layer_python_launches.get(kind, count.host_equiv) if kind else count.host_equiv
 
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Eager steps after `roofline calibrate --engine vllm`, on the host it measured: the calibration as a user runs
+# it (run_probe.sh calibrate), then models it never ran, --enforce-eager, with the calibration's own probe
+# arguments, on the same machine start. The chain (~20 min) runs in the background of back-to-back `device`
+# calls, from a copy of the tree under /tmp/chain (a call's tree is not kept for the next one):
+#   bash benchmarks/gpu_vllm/calibrated_eager.sh start     after `run_probe.sh stage` of all but the last site part;
+#                                                          carry the last part and .whl/roofline-deps
+#   bash benchmarks/gpu_vllm/calibrated_eager.sh wait 580  the results so far as $OUT/chain.tgz
+# Then, here: benchmarks/gpu_vllm/calibrated_eager.py (the errors beside the bands the entry prints).
+set -euo pipefail
+CHAIN=/tmp/chain
+# the calibration's probe arguments (roofline/live/engine_calibrate.py run_probe; max_model_len 2 x (256 + 64))
+CALIBRATION_ARGS="--batches 1,4 --context 256 --short 8 --long 56 --repeats 3 --max-model-len 640"
+# models the calibration never ran, by family: dense of another family, MoE of three others (gpt-oss's biased
+# router, sinks and sliding windows; Mixtral's 8 wide experts; DeepSeek-V3's MLA), a GDN hybrid, Gemma 4's MoE
+# with sliding windows; then the calibration's own dense and MoE again (a second engine start of each)
+CASES=(
+  "llama8b-cal-eager:tests/reference_configs/meta-llama__Llama-3.1-8B-Instruct:eager"
+  "gptoss20b-cal-eager:tests/reference_configs/openai__gpt-oss-20b:eager"
+  "q8b-again-cal-eager:roofline/data/engine_models/qwen3-8b:eager"
+  "qwen3next12l-cal-eager:benchmarks/gpu_vllm/configs/Qwen3-Next-80B-A3B-12layers:eager::--additional-config={\"gdn_prefill_backend\":\"triton\"}"
+  "mixtral8l-cal-eager:benchmarks/gpu_vllm/configs/Mixtral-8x7B-8layers:eager"
+  "dsv3-4l-cal-eager:benchmarks/gpu_vllm/configs/DeepSeek-V3-4layers-bf16:eager"
+  "q30b-again-cal-eager:roofline/data/engine_models/qwen3-30b-a3b:eager"
+  "gemma4-cal-eager:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:eager"
+)
+case "${1:-}" in
+start)
+  rm -rf "$CHAIN"
+  mkdir -p "$CHAIN/out"
+  cp -r . "$CHAIN/repo"
+  cd "$CHAIN/repo"
+  setsid nohup bash benchmarks/gpu_vllm/calibrated_eager.sh chain > "$CHAIN/out/chain.log" 2>&1 < /dev/null &
+  echo "chain started"
+  ;;
+chain)
+  export OUT="$CHAIN/out"
+  date -u +"calibrate from %H:%M:%S"
+  bash benchmarks/gpu_vllm/run_probe.sh calibrate > "$OUT/calibrate.log" 2>&1 || echo "calibrate failed"
+  date -u +"cases from %H:%M:%S"
+  PROBE_ARGS="$CALIBRATION_ARGS" bash benchmarks/gpu_vllm/run_probe.sh run "${CASES[@]}" || echo "cases failed"
+  date -u +"done at %H:%M:%S"
+  touch "$OUT/done"
+  ;;
+wait)
+  deadline=$((SECONDS + ${2:-580}))
+  while [ ! -f "$CHAIN/out/done" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 10; done
+  tar czf "$OUT/chain.tgz" -C "$CHAIN" out
+  ls "$CHAIN/out"
+  tail -n 8 "$CHAIN/out/chain.log"
+  ;;
+*)
+  echo "usage: calibrated_eager.sh start | chain | wait SECONDS" >&2
+  exit 2
+  ;;
+esac
