@@ -211,3 +211,21 @@ def test_a_model_too_large_for_the_device_is_skipped_and_none_left_is_one_line()
     small = type(small)(**{**small.__dict__, "memory_gb": 4.0, "usable_memory_gb": 3.6})
     with pytest.raises(RooflineError, match="no shape fits this device's memory"):
         calibrate_engine(small, "cuda", ("qwen3-8b", "nemotron-3-nano"))
+
+
+def test_a_backends_own_eager_python_is_not_replaced_by_the_calibrations(tmp_path, monkeypatch, whole_models):
+    """gpt-oss's MoE on Hopper runs triton_kernels, whose eager Python kernels.toml measured for it (41 launches'
+    worth a layer); the calibration fitted fused_moe's (Qwen3-30B-A3B). The entry's figure prices fused_moe layers
+    only: gpt-oss's launches move with the entry's host cost per kernel, never with its MoE Python."""
+    from roofline.predict.hardware import get_hardware
+    from roofline.predict.step import StepConfig, price_step
+
+    hardware = saved_entry(tmp_path, monkeypatch, whole_models)
+    assert whole_models.fit.moe_equiv != 41.0
+    gpt_oss = load_inventory(str(ROOT / "tests" / "reference_configs" / "openai__gpt-oss-20b"))
+    launches = lambda step: sum(s.eager_kernels + s.host_equiv for s in step.main.segments)  # noqa: E731
+    mine = price_step(gpt_oss, hardware, StepConfig(graphs=False))
+    table = price_step(gpt_oss, get_hardware("h200"), StepConfig(graphs=False))
+    assert launches(mine) == pytest.approx(launches(table))
+    own = [c for c in mine.profile.counts if c.role == "moe_experts"]
+    assert own and all(c.host_own and c.host_equiv == 41.0 for c in own)

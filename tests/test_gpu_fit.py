@@ -94,15 +94,16 @@ def test_fitted_model_meets_its_fit_set(fitted):
 
 
 def test_price_step_is_the_fitted_model(fitted):
-    """The product's step model (price_step with the tables) prices every fit row as the fit does:
-    the fit's decomposition is the step model's, not a second model."""
+    """The product's step model (price_step with the tables) prices every row as the fit does, the rows it
+    fitted, held out and left out (gpt-oss: triton_kernels' own eager Python stays its own in both): the fit's
+    decomposition is the step model's, not a second model."""
     from roofline.predict.step import StepConfig, price_step
 
     rows, model = fitted
     hardware = get_hardware("h200")
     checked = 0
     for row in rows:
-        if not fit.fitted(row) or row.batch not in (1, 32):
+        if row.batch not in (1, 32):
             continue
         inventory = load_inventory(str(ROOT / row.config))
         if row.quantization == "fp8":
@@ -112,7 +113,7 @@ def test_price_step_is_the_fitted_model(fitted):
                                                           graphs=row.mode == "graphs", routing=row.routing))
         assert step.step_ms == pytest.approx(model.predict_ms(row), rel=1e-6), row.case
         checked += 1
-    assert checked >= 15
+    assert checked >= 40 and any(r.architecture == "gpt_oss" and r.mode == "eager" for r in rows)
 
 
 PROFILED = {  # case -> reference config
