@@ -13,7 +13,7 @@ the pure / small packages the image lacks. This script:
    library: Hopper runs FA3; the vllm-rs binary), and writes it as a .tar.xz split into parts of at
    most --part-mib MiB under OUT (default .whl/vllm-site, ignored by git) for one `device` call each.
 
-    python benchmarks/gpu_vllm/assemble.py            # ~2 min, ~130 MB of parts
+    python benchmarks/gpu_vllm/assemble.py            # ~6 min on 2 cores, ~135 MB of parts, and .whl/roofline-deps
     python benchmarks/gpu_vllm/assemble.py --check    # only list what would be fetched
 
 On the machine: cat part* | xz -d | tar -x -C /tmp/site; PYTHONPATH=/tmp/site (run_probe.sh does it).
@@ -83,7 +83,8 @@ def download(spec: str, folder: Path) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO / ".whl" / "vllm-site"))
-    parser.add_argument("--part-mib", type=int, default=56)
+    # a device call carries at most 64 MiB: a part and the working tree (~17 MiB with the recorded results)
+    parser.add_argument("--part-mib", type=int, default=40)
     parser.add_argument("--check", action="store_true", help="list the wheels, build nothing")
     args = parser.parse_args()
     table = tomllib.loads((HERE / "versions.toml").read_text())
@@ -108,6 +109,11 @@ def main() -> int:
         seen[name] = wheel
         print(f"{name:40} {wheel.name}")
         queue += requires(wheel)
+    # roofline's own requirements the image lacks, for `run_probe.sh calibrate` (carried as .whl/roofline-deps)
+    deps = out.parent / "roofline-deps"
+    deps.mkdir(parents=True, exist_ok=True)
+    for spec in table.get("roofline", {}).get("packages", []):
+        print(f"{'roofline: ' + spec:40} {download(spec, deps).name}")
     if args.check:
         return 0
 
