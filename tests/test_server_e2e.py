@@ -189,13 +189,20 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
     assert any(line.startswith("graph mode") for line in diagnosis["unseen"])
     kv = next((c for c in diagnosis["causes"] if c["id"] == "kv_cache_dtype"), None)
     context = str(diagnosis["serving_modelled"]["context"])
+    takes_fp8 = host_takes_fp8_kv()
     audit = {dtype: json.loads(roofline("audit", str(model_dir), "--hardware", "e2e-cpu", "--kv-cache-dtype", dtype,
                                         "--context", context, "--json", env=env).stdout)["expected_tok_s"]
-             for dtype in ("auto", "fp8")}
+             for dtype in (("auto", "fp8") if takes_fp8 else ("auto",))}
     assert audit["auto"] == pytest.approx(diagnosis["predicted_tok_s"], rel=1e-9)
     from roofline.predict.verdict import min_gain
 
-    if host_takes_fp8_kv() and audit["fp8"] - audit["auto"] >= min_gain(audit["auto"]):
+    if not takes_fp8:  # the audit refuses what vLLM-CPU refuses here, in one line
+        refused = subprocess.run([sys.executable, "-m", "roofline.cli", "audit", str(model_dir), "--hardware",
+                                  "e2e-cpu", "--kv-cache-dtype", "fp8", "--context", context, "--json"],
+                                 capture_output=True, text=True, timeout=300, env=env)
+        assert refused.returncode != 0 and "requires x86 with AVX-512 or AMX" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    if takes_fp8 and audit["fp8"] - audit["auto"] >= min_gain(audit["auto"]):
         assert kv["alone_gain_tok_s"] == pytest.approx(audit["fp8"] - audit["auto"], rel=1e-9)
         assert "cache_dtype=auto" in kv["evidence"]
     else:  # too small a gain at this context, or vLLM-CPU would refuse it here: no fix offered
