@@ -42,21 +42,13 @@ MARKDOWN = REPO / "docs" / "VALIDATION.md"
 TABLE = REPO / "roofline" / "data" / "validation.toml"
 
 # the band rule (roofline/predict/bands.py): 90% of the class's out-of-sample errors, pooled under MIN_POINTS
-from roofline.predict.bands import COVERAGE, MIN_POINTS, quantile  # noqa: E402,F401
+from roofline.predict.bands import COVERAGE, MIN_POINTS, band_rule, quantile  # noqa: E402,F401
 
 
 def band_of(own: list[float], pools: list[tuple[str, list[float]]]) -> tuple[float, str]:
-    """(band, basis): the 90% quantile of the class's own out-of-sample errors where it has MIN_POINTS of
-    them, else of the first pool that has (the class's own worst point kept inside), saying which."""
-    if len(own) >= MIN_POINTS:
-        return _ceil(quantile(own)), f"90% of its {len(own)} left-out errors"
-    for name, pool in pools:
-        if len(pool) >= MIN_POINTS:
-            worst = max((abs(v) for v in own), default=0.0)
-            return _ceil(max(quantile(pool), worst)), (f"pooled ({len(own)} of its own): 90% of the {len(pool)} "
-                                                        f"left-out errors of {name}")
-    everything = [v for _, pool in pools for v in pool] + own
-    return _ceil(max(abs(v) for v in everything)), f"pooled: the worst of {len(everything)} left-out errors"
+    """(band, basis) by the band rule (bands.band_rule), rounded up to the whole percent the tables print."""
+    band, basis = band_rule(own, pools)
+    return _ceil(band), basis
 
 
 def coverage(values: list[float], band: float) -> str:

@@ -27,7 +27,7 @@ from msgspec import Meta
 
 from roofline.data import load_table
 from roofline.errors import RooflineError
-from roofline.predict.bands import MIN_POINTS, model_family, quantile, uncalibrated_error
+from roofline.predict.bands import band_rule, model_family, uncalibrated_error
 from roofline.predict.step import compute_utilization
 from roofline.schema import checked
 from roofline.untrusted import printable
@@ -99,16 +99,13 @@ class ClassBand:
                 "band_basis": self.band_basis, "models": list(self.models)}
 
 
-def band_of(own: list[float], mode_errors: list[float], mode: str) -> tuple[float, str]:
-    """(band, how it was set) for a class of a calibration: the error that covers 90% of its own errors where it
-    has MIN_POINTS of them, else of every class of its mode in the calibration (never below its own worst); in
+def band_of(own: list[float], mode_errors: list[float], mode: str,
+            errors: str = "left-out errors") -> tuple[float, str]:
+    """(band, how it was set) for a class of a calibration: the band rule (bands.band_rule) over its own errors,
+    pooled with every class of its mode in the calibration; in
     eager mode never below the error validated on the host a calibration measured, of models it never ran
     (validation.toml [calibrated_transfer]: one dense model per family here, the user's are others)."""
-    if len(own) >= MIN_POINTS:
-        band, basis = quantile(own), f"90% of its {len(own)} errors"
-    else:
-        band = max(quantile(mode_errors), max(map(abs, own)))
-        basis = f"90% of the calibration's {len(mode_errors)} {mode} errors ({len(own)} of its own)"
+    band, basis = band_rule(own, [(f"the calibration's {mode} steps", mode_errors)], errors)
     floor = load_table("validation").get("calibrated_transfer") if mode == "eager" else None
     if floor and floor["error"] > band:
         band, basis = floor["error"], (f"{basis}, raised to the error of models a calibration never ran on the host "
@@ -145,7 +142,8 @@ class EngineCalibration:
                 classes.append((family, mode, errs, out_of_sample, tuple(dict.fromkeys(rows[i].case for i in index))))
         out = []
         for family, mode, errs, out_of_sample, models in classes:
-            band, basis = band_of(errs, [e for _, m, each, _, _ in classes if m == mode for e in each], mode)
+            band, basis = band_of(errs, [e for _, m, each, _, _ in classes if m == mode for e in each], mode,
+                                  "left-out errors" if out_of_sample else "errors in sample")
             out.append(ClassBand(family, mode, len(errs), sum(map(abs, errs)) / len(errs), max(map(abs, errs)),
                                  "out of sample" if out_of_sample else "in sample", models, band, basis))
         return out

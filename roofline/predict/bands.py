@@ -12,7 +12,9 @@ its own worst point -- or in sample where no point was left out, as the table sa
 Off the validated GPUs the band is the nearest class's widened: on another GPU by the transfer error
 (validation.toml [transfer]: the error on the published GB10 runs in benchmarks/gb10/results.csv of the
 coefficients fitted on the H200, what a GPU without its own fit gets), and in eager mode on any host but the one measured by the host-to-host
-spread (validation.toml [host_spread]), which `roofline calibrate --engine vllm` narrows."""
+spread (validation.toml [host_spread]), which `roofline calibrate --engine vllm` narrows. A calibrated entry's
+own band follows the same rule over its steps, and in eager mode never goes below the error measured on the host a
+calibration ran of a model it never ran (validation.toml [calibrated_transfer], docs/VALIDATION.md)."""
 from __future__ import annotations
 
 import math
@@ -36,6 +38,22 @@ def quantile(values: list[float], q: float = COVERAGE) -> float:
     """The nearest-rank quantile of |values|: the smallest value at or above a share q of them."""
     ordered = sorted(abs(v) for v in values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def band_rule(own: list[float], pools: list[tuple[str, list[float]]],
+              errors: str = "left-out errors") -> tuple[float, str]:
+    """(band, basis): the COVERAGE quantile of the class's own out-of-sample errors where it has MIN_POINTS of
+    them, else of the first pool that has (the class's own worst point kept inside), else the worst of them all,
+    saying which (`errors`: what the errors are). The validation tables' classes and a calibrated entry's alike."""
+    if len(own) >= MIN_POINTS:
+        return quantile(own), f"90% of its {len(own)} {errors}"
+    for name, pool in pools:
+        if len(pool) >= MIN_POINTS:
+            worst = max((abs(v) for v in own), default=0.0)
+            return max(quantile(pool), worst), (f"pooled ({len(own)} of its own): 90% of the {len(pool)} "
+                                                f"{errors} of {name}")
+    everything = [v for _, pool in pools for v in pool] + own
+    return max(abs(v) for v in everything), f"pooled: the worst of {len(everything)} {errors}"
 
 
 # a graph step whose device time is under this many times the engine's host time per step is in the host's regime
