@@ -9,18 +9,21 @@
 # Then, here: benchmarks/gpu_vllm/calibrated_eager.py (the errors beside the bands the entry prints).
 set -euo pipefail
 CHAIN=/tmp/chain
-# the calibration's probe arguments (roofline/live/engine_calibrate.py run_probe; max_model_len 2 x (256 + 64))
-CALIBRATION_ARGS="--batches 1,4 --context 256 --short 8 --long 56 --repeats 3 --max-model-len 640"
+# the calibration's probe arguments (roofline/live/engine_calibrate.py run_probe; max_model_len 2 x (256 + 64),
+# and a step of at most that many tokens)
+CALIBRATION_ARGS="--batches 1,4 --context 256 --short 8 --long 56 --repeats 3 --max-model-len 640 --max-num-batched-tokens 640"
 # models the calibration never ran, by family: dense of another family, MoE of three others (gpt-oss's biased
 # router, sinks and sliding windows; Mixtral's 8 wide experts; DeepSeek-V3's MLA), a GDN hybrid, Gemma 4's MoE
-# with sliding windows; then the calibration's own dense and MoE again (a second engine start of each)
+# with sliding windows; then the calibration's own dense and MoE again (a second engine start of each). Llama and
+# the calibration's Qwen3-8B profiled at batch 1 (their kernels and launches a step): the same host's eager Llama
+# step came out 1.4x Qwen3-8B's where the model priced 0.78x
 CASES=(
-  "llama8b-cal-eager:tests/reference_configs/meta-llama__Llama-3.1-8B-Instruct:eager"
+  "llama8b-cal-eager:tests/reference_configs/meta-llama__Llama-3.1-8B-Instruct:eager::--profile-batches=1"
+  "q8b-again-cal-eager:roofline/data/engine_models/qwen3-8b:eager::--profile-batches=1"
   "gptoss20b-cal-eager:tests/reference_configs/openai__gpt-oss-20b:eager"
-  "q8b-again-cal-eager:roofline/data/engine_models/qwen3-8b:eager"
-  "qwen3next12l-cal-eager:benchmarks/gpu_vllm/configs/Qwen3-Next-80B-A3B-12layers:eager::--additional-config={\"gdn_prefill_backend\":\"triton\"}"
-  "mixtral8l-cal-eager:benchmarks/gpu_vllm/configs/Mixtral-8x7B-8layers:eager"
   "dsv3-4l-cal-eager:benchmarks/gpu_vllm/configs/DeepSeek-V3-4layers-bf16:eager"
+  "mixtral8l-cal-eager:benchmarks/gpu_vllm/configs/Mixtral-8x7B-8layers:eager"
+  "qwen3next12l-cal-eager:benchmarks/gpu_vllm/configs/Qwen3-Next-80B-A3B-12layers:eager::--additional-config={\"gdn_prefill_backend\":\"triton\"}"
   "q30b-again-cal-eager:roofline/data/engine_models/qwen3-30b-a3b:eager"
   "gemma4-cal-eager:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:eager"
 )

@@ -50,7 +50,10 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          "q06b2l-graphs-1127b": "vllm_h200_host/q06b2l-graphs.json",
          # eager, the calibration's probe arguments (256 tokens, batches 1 and 4), one machine start
          **{f"{name}-eager-1127c": f"vllm_h200_caleager/{name}-cal-eager.json"
-            for name in ("q8b-again", "llama8b", "gptoss20b", "qwen3next12l", "mixtral8l", "dsv3-4l")}}
+            for name in ("q8b-again", "llama8b", "gptoss20b", "qwen3next12l", "mixtral8l", "dsv3-4l")},
+         # again, after `roofline calibrate --engine vllm` finished on the same machine start (another host)
+         **{f"{name}-eager-1127d": f"vllm_h200_caleager2/{name}-cal-eager.json"
+            for name in ("q8b-again", "llama8b", "gptoss20b", "qwen3next12l", "mixtral8l", "dsv3-4l", "q30b-again")}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown"}

