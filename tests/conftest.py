@@ -9,6 +9,7 @@ checkpoint copies it to tmp_path first.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import importlib.util
 import os
@@ -160,3 +161,45 @@ def _no_columns():
     os.environ["COLUMNS"] = ""
     del os.environ["COLUMNS"]
     yield
+
+
+
+
+ENGINE_LOCK = "/tmp/roofline-vllm.lock"  # one vLLM engine at a time on the machine (tests/vllm_server.py)
+ENGINE_GROUP = "vllm-engines"
+
+
+@functools.cache
+def engine_files() -> frozenset[str]:
+    """The test files that start vLLM engines: those that take the engine lock, themselves or through
+    tests/vllm_server.py."""
+    here = Path(__file__).resolve().parent
+    return frozenset(path.name for path in here.glob("test_*.py")
+                     if ENGINE_LOCK in (text := path.read_text()) or "vllm_server" in text)
+
+
+def _engine_file(nodeid: str) -> bool:
+    return Path(nodeid.split("::")[0]).name in engine_files()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile (scripts/test.sh) with the engine files as one unit: a file is one unit of work (its
+    module-scoped engines and fixtures start once), and one worker runs every engine file, one after another,
+    while the other runs the pure-Python files. Beside each other, two engine files made one worker wait on the
+    lock ~4.5 of the suite's 28 minutes on a 2-core host."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EngineFilesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return ENGINE_GROUP if _engine_file(nodeid) else nodeid.split("::")[0]
+
+    return EngineFilesTogether(config, log)
+
+
+def pytest_collection_modifyitems(items):
+    """The engine files first: their unit is the longest, and the scheduler hands the units out in the
+    collection's order (scripts/test.sh: --no-loadscope-reorder)."""
+    items.sort(key=lambda item: not _engine_file(item.nodeid))  # stable: the files' order kept
