@@ -165,7 +165,7 @@ def _no_columns():
 
 
 
-ENGINE_LOCK = "/tmp/roofline-vllm.lock"  # one vLLM engine at a time on the machine (tests/vllm_server.py)
+from vllm_server import LOCK as ENGINE_LOCK  # noqa: E402  (one vLLM engine at a time on the machine)
 ENGINE_GROUP = "vllm-engines"
 
 
@@ -199,9 +199,10 @@ def pytest_xdist_make_scheduler(config, log):
     return EngineFilesTogether(config, log)
 
 
-# an engine file that times vLLM's steps and fits them: it runs last of the engine files, once the fixtures are
-# built and the other worker's first imports are done (beside those, on a fresh clone of a 2-core host, its one
-# engine took 779 s instead of ~320, and the fit refuses steps a busy machine disturbed)
+# an engine file that times vLLM's steps and fits them (the fit refuses steps a busy machine disturbed): it runs last
+# of the engine files, after the fixture build and the other worker's first imports. On a fresh clone of a 2-core
+# host without AVX-512 its engine took 779 s run first and 806 s run last (~320 s in a warm tree): the order is not
+# what makes it slow there
 TIMED_ENGINE_FILES = ("test_calibrate_engine.py",)
 
 

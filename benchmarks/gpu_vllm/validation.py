@@ -578,8 +578,8 @@ def calibrated_transfer(model) -> dict:
         return "; ".join(f"{r['architecture']} batch {r['batch']}: {100 * r['error']:+.0f}%" for r in chosen)
 
     return {"error": _ceil(quantile(errors)), "points": len(errors), "host_us": hardware.host_us_per_kernel,
-            "what": f"eager steps of models the calibration never ran, priced with the entry it saved on the same "
-                    f"machine start ({listed(unseen)}; its own models on a second engine start: "
+            "what": f"eager steps of models the calibration never ran, measured right after it on the same host and "
+                    f"priced with the entry it saved ({listed(unseen)}; its own models on a second engine start: "
                     f"{listed([r for r in rows if r['case'] in again])}; benchmarks/results/{CALIBRATED_HOST})"}
 
 

@@ -104,7 +104,7 @@ def band_of(own: list[float], mode_errors: list[float], mode: str,
     """(band, how it was set) for a class of a calibration: the band rule (bands.band_rule) over its own errors,
     pooled with every class of its mode in the calibration; in
     eager mode never below the error validated on the host a calibration measured, of models it never ran
-    (validation.toml [calibrated_transfer]: one dense model per family here, the user's are others)."""
+    (validation.toml [calibrated_transfer]: models of every family that the calibration never ran)."""
     band, basis = band_rule(own, [(f"the calibration's {mode} steps", mode_errors)], errors)
     floor = load_table("validation").get("calibrated_transfer") if mode == "eager" else None
     if floor and floor["error"] > band:
