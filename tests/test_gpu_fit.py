@@ -116,14 +116,23 @@ def test_price_step_is_the_fitted_model(fitted):
     assert checked >= 40 and any(r.architecture == "gpt_oss" and r.mode == "eager" for r in rows)
 
 
-PROFILED = {  # case -> reference config
-    "llama8b-graphs-prof": "meta-llama__Llama-3.1-8B-Instruct",
-    "llama8b-eager-prof": "meta-llama__Llama-3.1-8B-Instruct",
-    "qwen3-8b-eager": "Qwen__Qwen3-8B",
-    "qwen3moe-graphs-prof": "Qwen__Qwen3-30B-A3B",
-    "qwen3moe-eager-prof": "Qwen__Qwen3-30B-A3B",
-    "nemotronh-graphs-prof": "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
-    "nemotronh-eager-prof": "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+REFERENCE = "tests/reference_configs/"
+CUT = "benchmarks/gpu_vllm/configs/"  # the lent GPU's cut shapes (fewer layers, the same layer kinds)
+PROFILED = {  # profiled run (under benchmarks/results) -> its config (under the repository)
+    "vllm_h200/llama8b-graphs-prof": REFERENCE + "meta-llama__Llama-3.1-8B-Instruct",
+    "vllm_h200/llama8b-eager-prof": REFERENCE + "meta-llama__Llama-3.1-8B-Instruct",
+    "vllm_h200/qwen3-8b-eager": REFERENCE + "Qwen__Qwen3-8B",
+    "vllm_h200/qwen3moe-graphs-prof": REFERENCE + "Qwen__Qwen3-30B-A3B",
+    "vllm_h200/qwen3moe-eager-prof": REFERENCE + "Qwen__Qwen3-30B-A3B",
+    "vllm_h200/nemotronh-graphs-prof": REFERENCE + "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    "vllm_h200/nemotronh-eager-prof": REFERENCE + "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    # eager steps of the MoE and hybrid families beyond Qwen3's: DeepSeek-V3's MLA, Mixtral's MoE, Qwen3-Next's
+    # GDN layers and Gemma-style norms (2026-11-28), the last also on an H100
+    "vllm_h200_eagerprof/dsv3-4l-prof": CUT + "DeepSeek-V3-4layers-bf16",
+    "vllm_h200_eagerprof/mixtral8l-prof": CUT + "Mixtral-8x7B-8layers",
+    "vllm_h200_eagerprof/qwen3next12l-prof": CUT + "Qwen3-Next-80B-A3B-12layers",
+    "vllm_h100_mtp/e0": CUT + "Qwen3-Next-80B-A3B-12layers",
+    "vllm_h100_mtp/r0": CUT + "Qwen3-Next-80B-A3B-12layers",
 }
 
 
@@ -131,9 +140,9 @@ PROFILED = {  # case -> reference config
 def test_kernel_table_counts_what_vllm_launched(case):
     """kernels.toml's estimate of one decode step (graph or eager counts) within 4% of the kernels the
     torch profiler saw vLLM launch at batch 1."""
-    result = json.loads((RESULTS / f"{case}.json").read_text())
+    result = json.loads((RESULTS.parent / f"{case}.json").read_text())
     measured = next(p for p in result["profiles"] if p["batch"] == 1)["kernels_per_step"]
-    profile = estimate_kernels(load_inventory(str(ROOT / "tests" / "reference_configs" / PROFILED[case])))
+    profile = estimate_kernels(load_inventory(str(ROOT / PROFILED[case])))
     estimate = profile.kernels_per_token if result["mode"] == "graphs" else profile.eager_kernels_per_token
     assert estimate == pytest.approx(measured, rel=0.04)
 

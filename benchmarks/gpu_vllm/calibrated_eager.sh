@@ -6,6 +6,8 @@
 #   bash benchmarks/gpu_vllm/calibrated_eager.sh start     after `run_probe.sh stage` of all but the last site part;
 #                                                          carry the last part and .whl/roofline-deps
 #   bash benchmarks/gpu_vllm/calibrated_eager.sh wait 580  the results so far as $OUT/chain.tgz
+#   bash benchmarks/gpu_vllm/calibrated_eager.sh start NAME...  only the named cases, without the calibration (e.g.
+#       the profiled eager steps of the MoE and hybrid families: dsv3-4l-prof mixtral8l-prof qwen3next12l-prof)
 # Then, here: benchmarks/gpu_vllm/calibrated_eager.py (the errors beside the bands the entry prints).
 set -euo pipefail
 CHAIN=/tmp/chain
@@ -26,22 +28,45 @@ CASES=(
   "qwen3next12l-cal-eager:benchmarks/gpu_vllm/configs/Qwen3-Next-80B-A3B-12layers:eager::--additional-config={\"gdn_prefill_backend\":\"triton\"}"
   "q30b-again-cal-eager:roofline/data/engine_models/qwen3-30b-a3b:eager"
   "gemma4-cal-eager:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:eager"
+  # one eager decode step profiled at batch 1 (kernels, their launchers, the host's share) of the MoE and hybrid
+  # families the calibrated entry priced 41-45% too fast, beside Llama's on the same machine start
+  "llama8b-prof:tests/reference_configs/meta-llama__Llama-3.1-8B-Instruct:eager::--profile-batches=1"
+  "dsv3-4l-prof:benchmarks/gpu_vllm/configs/DeepSeek-V3-4layers-bf16:eager::--profile-batches=1"
+  "mixtral8l-prof:benchmarks/gpu_vllm/configs/Mixtral-8x7B-8layers:eager::--profile-batches=1"
+  "qwen3next12l-prof:benchmarks/gpu_vllm/configs/Qwen3-Next-80B-A3B-12layers:eager::--profile-batches=1 --additional-config={\"gdn_prefill_backend\":\"triton\"}"
+  "q30b-prof:roofline/data/engine_models/qwen3-30b-a3b:eager::--profile-batches=1"
 )
+# the default chain: the calibration, then every case not named *-prof
+DEFAULT_CASES=()
+for case in "${CASES[@]}"; do [[ "${case%%:*}" == *-prof ]] || DEFAULT_CASES+=("$case"); done
 case "${1:-}" in
 start)
   rm -rf "$CHAIN"
   mkdir -p "$CHAIN/out"
   cp -r . "$CHAIN/repo"
   cd "$CHAIN/repo"
-  setsid nohup bash benchmarks/gpu_vllm/calibrated_eager.sh chain > "$CHAIN/out/chain.log" 2>&1 < /dev/null &
+  shift
+  setsid nohup bash benchmarks/gpu_vllm/calibrated_eager.sh chain "$@" > "$CHAIN/out/chain.log" 2>&1 < /dev/null &
   echo "chain started"
   ;;
 chain)
   export OUT="$CHAIN/out"
-  date -u +"calibrate from %H:%M:%S"
-  bash benchmarks/gpu_vllm/run_probe.sh calibrate > "$OUT/calibrate.log" 2>&1 || echo "calibrate failed"
+  shift
+  selected=()
+  if [ "$#" -eq 0 ]; then
+    selected=("${DEFAULT_CASES[@]}")
+    date -u +"calibrate from %H:%M:%S"
+    bash benchmarks/gpu_vllm/run_probe.sh calibrate > "$OUT/calibrate.log" 2>&1 || echo "calibrate failed"
+  else
+    for name in "$@"; do
+      found=""
+      for case in "${CASES[@]}"; do [ "${case%%:*}" = "$name" ] && found=$case; done
+      [ -n "$found" ] || { echo "no case named $name"; touch "$OUT/done"; exit 2; }
+      selected+=("$found")
+    done
+  fi
   date -u +"cases from %H:%M:%S"
-  PROBE_ARGS="$CALIBRATION_ARGS" bash benchmarks/gpu_vllm/run_probe.sh run "${CASES[@]}" || echo "cases failed"
+  PROBE_ARGS="$CALIBRATION_ARGS" bash benchmarks/gpu_vllm/run_probe.sh run "${selected[@]}" || echo "cases failed"
   date -u +"done at %H:%M:%S"
   touch "$OUT/done"
   ;;

@@ -53,7 +53,11 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
             for name in ("q8b-again", "llama8b", "gptoss20b", "qwen3next12l", "mixtral8l", "dsv3-4l")},
          # again, after `roofline calibrate --engine vllm` finished on the same machine start (another host)
          **{f"{name}-eager-1127d": f"vllm_h200_caleager2/{name}-cal-eager.json"
-            for name in ("q8b-again", "llama8b", "gptoss20b", "qwen3next12l", "mixtral8l", "dsv3-4l", "q30b-again")}}
+            for name in ("q8b-again", "llama8b", "gptoss20b", "qwen3next12l", "mixtral8l", "dsv3-4l", "q30b-again")},
+         # eager again on a third machine start, each step profiled after it was timed (the kernels of
+         # kernels.toml's MLA, Gemma-style norm and GDN eager counts)
+         **{f"{name}-eager-1128": f"vllm_h200_eagerprof/{name}-prof.json"
+            for name in ("llama8b", "dsv3-4l", "mixtral8l", "qwen3next12l", "q30b")}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown"}

@@ -147,6 +147,10 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
     roles_table, core, python = table["role"], table["core"], table["python"]
     shape = inventory.shape
     attention_layers = {a.layer for a in shape.attention}
+    mla_layers = {a.layer for a in shape.attention if a.value_dim == 0}  # K and V one latent tensor
+    # the block's norms: vLLM's fused RMSNorm, or the Gemma-style one it runs op by op in eager mode
+    gemma_norm = shape.model_type in core["block_norm_gemma"]["model_types"]
+    block_norm = core["block_norm_gemma"] if gemma_norm else core["block_norm"]
     recurrent_kind = {r.layer: r.kind for r in shape.recurrent}
     gated = bool(inventory.config.get("attn_output_gate")
                  or (inventory.config.get("text_config") or {}).get("attn_output_gate"))
@@ -173,8 +177,15 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
         # one kernel per norm the block holds (two in a pre-norm mixer + MLP block, one in a
         # single-mixer block such as Nemotron-H's); an inventory without norm modules counts two
         layer_norms = sum(1 for path in norms.get(layer, []) if "." not in path) or 2  # the block's own
-        counts.append(_count(layer, "norms", "vllm", core["block_norm"], times=layer_norms))
-        if layer in attention_layers:
+        if layer == 0 and "eager_kernels_without_residual" in block_norm:  # the first norm has no residual to add
+            first = dict(block_norm, eager_kernels=block_norm["eager_kernels_without_residual"])
+            counts.append(_count(layer, "norms", "vllm", first))
+            layer_norms -= 1
+        if layer_norms:
+            counts.append(_count(layer, "norms", "vllm", block_norm, times=layer_norms))
+        if layer in mla_layers:
+            counts.append(_count(layer, "attention_core", "vllm", core["mla"]))
+        elif layer in attention_layers:
             counts.append(_count(layer, "attention_core", "vllm", core["attention"]))
             if qk_norm:
                 counts.append(_count(layer, "attention_core", "vllm", core["qk_norm"]))
@@ -204,7 +215,7 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
     # the token's embedding row is gathered whether or not the inventory lists the table
     counts.append(KernelCount(None, "embedding", "vllm", roles_table["embedding"]["other"],
                               roles_table["embedding"]["source"]))
-    counts.append(_count(None, "norms", "vllm", core["final_norm"]))
+    counts.append(_count(None, "norms", "vllm", core["block_norm_gemma"] if gemma_norm else core["final_norm"]))
     lm_head = outside.get("lm_head")
     fmt = _main_format(lm_head) if lm_head else "bf16"
     gemm = _entry("gemm", fmt, backend)
