@@ -253,7 +253,8 @@ def test_the_graph_fix_says_what_turned_graphs_off():
     from roofline.predict.serving import Serving
     from roofline.sources.config import load_config_only
 
-    inventory, hardware = load_config_only(str(REFERENCE / "Qwen__Qwen3-30B-A3B")), get_hardware("gb10")
+    # a model whose eager step the host paces on GB10 (its Gemma-style norms run op by op there)
+    inventory, hardware = load_config_only(str(REFERENCE / "Qwen__Qwen3.6-35B-A3B")), get_hardware("gb10")
     serving = Serving(context=1024, graphs=False)
     by_flag = diagnose(inventory, hardware, serving, None, Context(hardware, {}, True))
     by_mode = diagnose(inventory, hardware, serving, None, Context(hardware, {}, True, graphs_off_by="cudagraph_mode"))

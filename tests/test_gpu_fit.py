@@ -133,6 +133,10 @@ PROFILED = {  # profiled run (under benchmarks/results) -> its config (under the
     "vllm_h200_eagerprof/qwen3next12l-prof": CUT + "Qwen3-Next-80B-A3B-12layers",
     "vllm_h100_mtp/e0": CUT + "Qwen3-Next-80B-A3B-12layers",
     "vllm_h100_mtp/r0": CUT + "Qwen3-Next-80B-A3B-12layers",
+    # DeepSeek-V3's MLA with CUDA graphs, and Gemma 4's MoE (sandwich norms, sliding windows) in both modes
+    "vllm_h200_gemma4/dsv3-4l-graphs-prof": CUT + "DeepSeek-V3-4layers-bf16",
+    "vllm_h200_gemma4/gemma4-eager-prof": CUT + "gemma-4-26B-A4B-text",
+    "vllm_h200_gemma4/gemma4-graphs-prof": CUT + "gemma-4-26B-A4B-text",
 }
 
 

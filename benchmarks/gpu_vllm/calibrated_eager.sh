@@ -35,6 +35,13 @@ CASES=(
   "mixtral8l-prof:benchmarks/gpu_vllm/configs/Mixtral-8x7B-8layers:eager::--profile-batches=1"
   "qwen3next12l-prof:benchmarks/gpu_vllm/configs/Qwen3-Next-80B-A3B-12layers:eager::--profile-batches=1 --additional-config={\"gdn_prefill_backend\":\"triton\"}"
   "q30b-prof:roofline/data/engine_models/qwen3-30b-a3b:eager::--profile-batches=1"
+  # DeepSeek-V3's MLA with CUDA graphs (the graph-mode kernels of kernels.toml [core.mla]); Gemma 4's MoE with
+  # sliding windows, both modes. vLLM 0.26 reads Gemma 4's config.head_dim, which the image's transformers marks
+  # per-layer (AmbiguousGlobalPerLayerAttributeError): the override lets vLLM read the global value, as the
+  # transformers it was written against gave it (the sliding layers' 256; vLLM takes global_head_dim itself)
+  "dsv3-4l-graphs-prof:benchmarks/gpu_vllm/configs/DeepSeek-V3-4layers-bf16:graphs::--profile-batches=1"
+  "gemma4-eager-prof:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:eager::--profile-batches=1 --hf-overrides={\"allow_global_per_layer_attribute_access\":true}"
+  "gemma4-graphs-prof:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:graphs::--profile-batches=1 --hf-overrides={\"allow_global_per_layer_attribute_access\":true}"
 )
 # the default chain: the calibration, then every case not named *-prof
 DEFAULT_CASES=()

@@ -57,7 +57,10 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # eager again on a third machine start, each step profiled after it was timed (the kernels of
          # kernels.toml's MLA, Gemma-style norm and GDN eager counts)
          **{f"{name}-eager-1128": f"vllm_h200_eagerprof/{name}-prof.json"
-            for name in ("llama8b", "dsv3-4l", "mixtral8l", "qwen3next12l", "q30b")}}
+            for name in ("llama8b", "dsv3-4l", "mixtral8l", "qwen3next12l", "q30b")},
+         # a fourth: DeepSeek-V3's MLA with CUDA graphs, Gemma 4 26B-A4B (the harness's config override) both ways
+         **{f"{name}-1128b": f"vllm_h200_gemma4/{name}-prof.json"
+            for name in ("dsv3-4l-graphs", "gemma4-eager", "gemma4-graphs")}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown"}
