@@ -359,15 +359,32 @@ def refusal(calibration: EngineCalibration) -> str | None:
             bounds.append(("host cost per eager kernel", fit.host_us, grids.HOSTS_US))
     for name, value, grid in bounds:
         if value <= grid[0] or value >= grid[-1]:
+            hint = "rerun on an idle machine, or with other MODELs"
+            if name == "efficiency" and value >= grid[-1] and grows_with_batch(rows):
+                hint = ("each step grows with its batch as arithmetic does, not as bytes do (a decode step that reads "
+                        "its weights once barely does): this device's GEMMs, not its bandwidth, pace these steps; "
+                        "keep the copy kernel's entry here (calibrate without --engine)")
             return (f"the {name} came out at {value:g}, the {'lower' if value <= grid[0] else 'upper'} bound of its "
                     f"search ({grid[0]:g}-{grid[-1]:g}): these steps ({', '.join(sorted({r.case for r in rows}))}) "
-                    f"do not determine it; rerun on an idle machine, or with other MODELs")
+                    f"do not determine it; {hint}")
     for family, mode, error, limit in in_sample_errors(calibration):
         if error > limit:
             return (f"the fit prices its own {family} {mode} steps with a mean error of {100 * error:.0f}%, more "
                     f"than the ±{100 * limit:.0f}% a GPU without its own fit is given: the steps disagree with "
                     f"each other (rerun on an idle machine)")
     return None
+
+
+def grows_with_batch(rows) -> bool:
+    """Whether every case's graph step at its largest batch took at least half the batch ratio times its step at the
+    smallest (a memory-bound decode step reads the weights once for the whole batch)."""
+    graphs = [r for r in rows if r.mode == "graphs"]
+    ratios = []
+    for case in {r.case for r in graphs}:
+        own = sorted((r for r in graphs if r.case == case), key=lambda r: r.batch)
+        if len(own) > 1 and own[-1].batch > own[0].batch:
+            ratios.append((own[-1].measured_ms / own[0].measured_ms) / (own[-1].batch / own[0].batch))
+    return bool(ratios) and min(ratios) >= 0.5
 
 
 def in_sample_errors(calibration: EngineCalibration) -> list[tuple[str, str, float, float]]:
