@@ -429,7 +429,8 @@ def test_a_band_widens_for_what_no_validated_model_had():
     gpt_oss = json.loads(run("audit", ref / "openai__gpt-oss-20b", "--config-only", "--hardware", "h200",
                              "--json").out)["expected_band"]
     assert gpt_oss["error"] == pytest.approx(gpt_oss["class_error"] + novelty)
-    assert "mxfp4 weights" in gpt_oss["text"] and "sliding" in gpt_oss["text"]
+    # its sliding windows are not new to the class: Gemma 4's MoE ran them on the H200 (benchmarks/results/vllm_h200_gemma4)
+    assert "mxfp4 weights" in gpt_oss["text"] and "sliding" not in gpt_oss["text"]
     dense = json.loads(run("audit", ref / "Qwen__Qwen3-8B", "--config-only", "--hardware", "h200",
                            "--json").out)["expected_band"]
     assert dense["widened"] == [] and dense["error"] == dense["class_error"]

@@ -27,7 +27,7 @@ CASES=(
   "mixtral8l-cal-eager:benchmarks/gpu_vllm/configs/Mixtral-8x7B-8layers:eager"
   "qwen3next12l-cal-eager:benchmarks/gpu_vllm/configs/Qwen3-Next-80B-A3B-12layers:eager::--additional-config={\"gdn_prefill_backend\":\"triton\"}"
   "q30b-again-cal-eager:roofline/data/engine_models/qwen3-30b-a3b:eager"
-  "gemma4-cal-eager:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:eager"
+  "gemma4-cal-eager:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:eager::--hf-overrides={\"allow_global_per_layer_attribute_access\":true,\"global_head_dim\":512,\"num_global_key_value_heads\":2} --attention-backend=TRITON_ATTN"
   # one eager decode step profiled at batch 1 (kernels, their launchers, the host's share) of the MoE and hybrid
   # families the calibrated entry priced 41-45% too fast, beside Llama's on the same machine start
   "llama8b-prof:tests/reference_configs/meta-llama__Llama-3.1-8B-Instruct:eager::--profile-batches=1"
@@ -37,11 +37,14 @@ CASES=(
   "q30b-prof:roofline/data/engine_models/qwen3-30b-a3b:eager::--profile-batches=1"
   # DeepSeek-V3's MLA with CUDA graphs (the graph-mode kernels of kernels.toml [core.mla]); Gemma 4's MoE with
   # sliding windows, both modes. vLLM 0.26 reads Gemma 4's config.head_dim, which the image's transformers marks
-  # per-layer (AmbiguousGlobalPerLayerAttributeError): the override lets vLLM read the global value, as the
-  # transformers it was written against gave it (the sliding layers' 256; vLLM takes global_head_dim itself)
+  # per-layer (AmbiguousGlobalPerLayerAttributeError), and reads its global layers' shape from global_head_dim and
+  # num_global_key_value_heads, which that transformers folds into per-layer overrides and drops: the overrides let
+  # vLLM read the global value and give it the two back (without them vLLM built the global layers at 256 x 8);
+  # at head size 512 vLLM takes FlashAttention's CuTe kernel, whose Python DSL (cutlass) the pruned site lacks:
+  # Triton's attention, vLLM's pick for the 256 x 8 layers and its fallback where FlashAttention cannot run
   "dsv3-4l-graphs-prof:benchmarks/gpu_vllm/configs/DeepSeek-V3-4layers-bf16:graphs::--profile-batches=1"
-  "gemma4-eager-prof:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:eager::--profile-batches=1 --hf-overrides={\"allow_global_per_layer_attribute_access\":true}"
-  "gemma4-graphs-prof:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:graphs::--profile-batches=1 --hf-overrides={\"allow_global_per_layer_attribute_access\":true}"
+  "gemma4-eager-prof:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:eager::--profile-batches=1 --hf-overrides={\"allow_global_per_layer_attribute_access\":true,\"global_head_dim\":512,\"num_global_key_value_heads\":2} --attention-backend=TRITON_ATTN"
+  "gemma4-graphs-prof:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:graphs::--profile-batches=1 --hf-overrides={\"allow_global_per_layer_attribute_access\":true,\"global_head_dim\":512,\"num_global_key_value_heads\":2} --attention-backend=TRITON_ATTN"
 )
 # the default chain: the calibration, then every case not named *-prof
 DEFAULT_CASES=()

@@ -291,6 +291,8 @@ def main() -> int:
                         help="record the CUDA allocations of vLLM's model loading: the blocks alive when it ends, "
                              "by the vLLM code that allocated them (load_blocks in the JSON)")
     parser.add_argument("--hf-overrides", default=None, help="JSON, e.g. '{\"num_hidden_layers\": 4}'")
+    parser.add_argument("--attention-backend", default=None,
+                        help="vLLM's attention backend by name (e.g. TRITON_ATTN); default: vLLM's choice")
     parser.add_argument("--additional-config", default=None,
                         help="JSON for vLLM's additional_config, e.g. '{\"gdn_prefill_backend\": \"triton\"}' "
                              "(GDN hybrids on Hopper without FlashInfer)")
@@ -329,6 +331,7 @@ def main() -> int:
               enable_prefix_caching=False,
               **({"max_num_batched_tokens": args.max_num_batched_tokens} if args.max_num_batched_tokens else {}),
               hf_overrides=json.loads(args.hf_overrides) if args.hf_overrides else None,
+              **({"attention_backend": args.attention_backend} if args.attention_backend else {}),
               **({"speculative_config": json.loads(args.speculative_config),
                   # the spec-decode counters (vllm:spec_decode_num_drafts ...) are kept only with stats on
                   "disable_log_stats": False} if args.speculative_config else {}),
