@@ -216,10 +216,11 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
     counts.append(KernelCount(None, "embedding", "vllm", roles_table["embedding"]["other"],
                               roles_table["embedding"]["source"]))
     counts.append(_count(None, "norms", "vllm", core["block_norm_gemma"] if gemma_norm else core["final_norm"]))
-    # what an architecture's decoder layer launches beyond its roles and cores (kernels.toml [layer.*])
+    # what an architecture's decoder layer launches beyond its roles and cores (kernels.toml [layer.*]), in each layer
+    # (a pipeline stage holds its own layers' share)
     for entry in table.get("layer", {}).values():
         if shape.model_type in entry["model_types"]:
-            counts.append(_count(None, "layer_structure", "vllm", entry, times=shape.num_layers))
+            counts.extend(_count(layer, "layer_structure", "vllm", entry) for layer in range(shape.num_layers))
     lm_head = outside.get("lm_head")
     fmt = _main_format(lm_head) if lm_head else "bf16"
     gemm = _entry("gemm", fmt, backend)
