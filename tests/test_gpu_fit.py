@@ -97,6 +97,7 @@ def test_price_step_is_the_fitted_model(fitted):
     """The product's step model (price_step with the tables) prices every row as the fit does, the rows it
     fitted, held out and left out (gpt-oss: triton_kernels' own eager Python stays its own in both): the fit's
     decomposition is the step model's, not a second model."""
+    from roofline.predict.backends import backends_for
     from roofline.predict.step import StepConfig, price_step
 
     rows, model = fitted
@@ -109,7 +110,9 @@ def test_price_step_is_the_fitted_model(fitted):
         if row.quantization == "fp8":
             from roofline.advise.simulate import get_recipe, simulate
             inventory = simulate(inventory, "fp8", get_recipe("default"))
-        step = price_step(inventory, hardware, StepConfig(batch=row.batch, context=row.context,
+        # the backend the run ran (a --moe-backend it named), else vLLM's default here
+        backend = next((b for b in backends_for(inventory.main_format(), hardware) if b.name == row.backend), None)
+        step = price_step(inventory, hardware, StepConfig(batch=row.batch, context=row.context, backend=backend,
                                                           graphs=row.mode == "graphs", routing=row.routing))
         assert step.step_ms == pytest.approx(model.predict_ms(row), rel=1e-6), row.case
         checked += 1

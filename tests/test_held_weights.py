@@ -5,6 +5,7 @@ allocations of load_model, the tensors alive when it returns and the caching all
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from roofline.advise.capacity import Request, capacity, request_profile_peak
 from roofline.advise.deploy import deployed_inventory
 from roofline.advise.held_layout import held_layout
 from roofline.audit import load_inventory
+from roofline.predict.backends import backends_for
 from roofline.predict.deployment import Deployment
 from roofline.predict.hardware import get_hardware
 
@@ -113,3 +115,21 @@ def test_a_pipeline_stage_holds_its_share_of_the_layout():
     stage = next(t.bytes for t in answer.memory_terms if t.name == "weights")
     share = stage - held.weight_bytes / 2
     assert 0.4 * whole < share < 0.6 * whole
+
+
+def test_marlins_mxfp4_experts_are_held_padded():
+    """GB10's path for gpt-oss (Marlin's MXFP4 experts, allocated at the hidden size padded to 0 mod 256 and the
+    intermediate to 0 mod 128: +9% on gpt-oss's 2,880 x 2,880 experts) against vLLM 0.26.0's "Model loading took"
+    line of gpt-oss-20b run with --moe-backend marlin on an H200: what vLLM holds beyond it is the rotary cache, as
+    above; the Hopper default's layout would have priced 0.8 GiB less, and as many more KV tokens."""
+    result = json.loads((ROOT / "benchmarks/results/vllm_h200_marlin_eager/gptoss20b-marlin-eager-prof.json").read_text())
+    assert "--moe-backend=marlin" in result["command"]
+    held = deployed_inventory(load_inventory(str(ROOT / result["config"])), Deployment())
+    marlin, triton = held_layout(held, "mxfp4", "marlin"), held_layout(held, "mxfp4", "triton")
+    assert "Marlin's MXFP4 experts" in marlin.source and marlin.layout > triton.layout + 0.75 * GIB
+    backend = next(b for b in backends_for("mxfp4", get_hardware("h200")) if b.moe_backend == "marlin")
+    answer = capacity(held, get_hardware("h200"), replace(request(result), backend=backend,
+                                                                         prompt_len=256, output_len=256))
+    weights = next(t.bytes for t in answer.memory_terms if t.name == "weights")
+    assert 0 < result["startup"]["weights_gib"] * GIB - weights < 0.06 * GIB  # the rotary cache; the log's 0.1 GiB
+    assert answer.kv.tokens == pytest.approx(result["startup"]["kv_tokens"], rel=0.005)

@@ -45,6 +45,14 @@ CASES=(
   "dsv3-4l-graphs-prof:benchmarks/gpu_vllm/configs/DeepSeek-V3-4layers-bf16:graphs::--profile-batches=1"
   "gemma4-eager-prof:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:eager::--profile-batches=1 --hf-overrides={\"allow_global_per_layer_attribute_access\":true,\"global_head_dim\":512,\"num_global_key_value_heads\":2} --attention-backend=TRITON_ATTN"
   "gemma4-graphs-prof:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:graphs::--profile-batches=1 --hf-overrides={\"allow_global_per_layer_attribute_access\":true,\"global_head_dim\":512,\"num_global_key_value_heads\":2} --attention-backend=TRITON_ATTN"
+  # GB10's own path for gpt-oss (vLLM 0.26 on compute capability 12.x: MXFP4 experts on Marlin, as no other
+  # BF16-activation MXFP4 backend runs there, and Triton's attention, as FlashAttention 2 has no sinks) and for the
+  # NVFP4 MoEs of its seeds and fit set (Marlin, vLLM's own pick on Hopper): their eager Python per MoE layer,
+  # measured on this host, is what the Grace host's cost prices on GB10
+  "gptoss20b-marlin-eager-prof:tests/reference_configs/openai__gpt-oss-20b:eager::--profile-batches=1 --moe-backend=marlin --attention-backend=TRITON_ATTN"
+  "gptoss20b-marlin-graphs-prof:tests/reference_configs/openai__gpt-oss-20b:graphs::--profile-batches=1 --moe-backend=marlin --attention-backend=TRITON_ATTN"
+  "q30b8l-nvfp4-eager-prof:benchmarks/gpu_vllm/configs/Qwen3-30B-A3B-NVFP4-8layers:eager::--profile-batches=1"
+  "q30b8l-nvfp4-graphs-prof:benchmarks/gpu_vllm/configs/Qwen3-30B-A3B-NVFP4-8layers:graphs::--profile-batches=1"
 )
 # the default chain: the calibration, then every case not named *-prof
 DEFAULT_CASES=()

@@ -61,15 +61,16 @@ def compared(folder: Path = RESULTS) -> tuple[list, list]:
     from roofline.predict.hardware import get_hardware
     from roofline.predict.step import StepConfig, price_step
 
-    from fit import results
+    from fit import ran_backend, results
 
     decode_rows, kv_rows = [], []
     for path, result, inventory, routing in results(folder):
         hardware = get_hardware("h100-sxm" if "H100" in result.get("gpu", "") else "h200")
         graphs = result["mode"] == "graphs"
+        backend = ran_backend(result, inventory, hardware)  # a run's --moe-backend, else vLLM's default (None)
         for row in result["decode"]:
             step = price_step(inventory, hardware, StepConfig(batch=row["batch"], context=row["context"],
-                                                              graphs=graphs, routing=routing))
+                                                              graphs=graphs, routing=routing, backend=backend))
             decode_rows.append((path.stem, row["batch"], row["context"], row["step_ms"], step.step_ms,
                                 step.breakdown().bound))
         startup = result.get("startup") or {}
@@ -82,6 +83,7 @@ def compared(folder: Path = RESULTS) -> tuple[list, list]:
                               gpu_memory_utilization=engine.get("gpu_memory_utilization"),
                               enforce_eager=result["mode"] == "eager", kv_cache_dtype=kv_dtype,
                               prefix_caching=False,  # the probe runs vLLM with enable_prefix_caching=False
+                              backend=backend,
                               # the run's own request (its prompt and longest generation): the pool's size
                               # does not depend on it, but a request must fit max_model_len
                               prompt_len=result["decode"][0]["context"],

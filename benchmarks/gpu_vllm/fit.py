@@ -32,6 +32,7 @@ fits neither and is left out of the fit (shown in VALIDATION.md).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -60,7 +61,11 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
             for name in ("llama8b", "dsv3-4l", "mixtral8l", "qwen3next12l", "q30b")},
          # a fourth: DeepSeek-V3's MLA with CUDA graphs, Gemma 4 26B-A4B (the harness's config override) both ways
          **{f"{name}-1128b": f"vllm_h200_gemma4/{name}-prof.json"
-            for name in ("dsv3-4l-graphs", "gemma4-eager", "gemma4-graphs")}}
+            for name in ("dsv3-4l-graphs", "gemma4-eager", "gemma4-graphs")},
+         # a fifth: GB10's path for gpt-oss (Marlin experts, Triton's attention) and an NVFP4 MoE on Marlin, eager,
+         # beside the calibration's dense model
+         **{f"{name}-1128c": f"vllm_h200_marlin_eager/{name}.json"
+            for name in ("gptoss20b-marlin-eager-prof", "q30b8l-nvfp4-eager-prof", "q8b-again-cal-eager")}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown"}
@@ -68,6 +73,7 @@ HARDWARE = "h200"
 
 from roofline.live import engine_fit  # noqa: E402
 from roofline.live.engine_fit import DUMMY_ROUTING as ROUTING, Fit, Row, dummy_routing, errors, rows_for, summary  # noqa: E402,F401,E501
+from roofline.predict.step import StepConfig  # noqa: E402
 
 
 def results(folder: Path = RESULTS):
@@ -94,7 +100,17 @@ def load_rows() -> list[Row]:
 
     hardware = get_hardware(HARDWARE)
     return [row for path, result, inventory, routing in results()
-            for row in rows_for(result, inventory, hardware, case_of(path), routing)]
+            for row in rows_for(result, inventory, hardware, case_of(path), routing,
+                                StepConfig(backend=ran_backend(result, inventory, hardware)))]
+
+
+def ran_backend(result: dict, inventory, hardware):
+    """The backend a run's main format ran on: the one its --moe-backend named (the probe records it; a result
+    from before it did names it in its command only), else vLLM's default here (None)."""
+    from roofline.predict.backends import backend_named
+
+    named = result.get("moe_backend") or next(iter(re.findall(r"--moe-backend[= ](\S+)", result["command"])), None)
+    return backend_named(inventory.main_format(), named, hardware) if named else None
 
 
 def case_of(path: Path) -> str:

@@ -5,7 +5,9 @@ and the caching allocator's blocks.
   kernel reads: triton_kernels' MXFP4 experts on Hopper swizzle the block scales into tiles whose rows and scale
   groups are padded and cast the experts' biases to float32 (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py
   convert_gpt_oss_weight_to_mxfp4_moe_kernel_format, quantization/utils/mxfp4_utils.py _swizzle_mxfp4,
-  third_party/triton_kernels/tensor_details/layout_details/hopper_scale.py). serving.toml [[expert_layout]].
+  third_party/triton_kernels/tensor_details/layout_details/hopper_scale.py); Marlin's MXFP4 experts (GB10's, and
+  Hopper's under --moe-backend marlin) are allocated with the hidden and intermediate sizes padded
+  (fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size). serving.toml [[expert_layout]].
 - Blocks. vLLM loads the weights with torch's caching allocator at max_split_size_mb=20 (vllm/v1/worker/
   gpu_worker.py load_model). A request above 10 MiB gets a segment of its size rounded up to 2 MiB, and a block of
   20 MiB or more is never split, so such a tensor holds its whole segment; allocated_bytes, which vLLM reads, counts
@@ -70,9 +72,29 @@ def _scale_extra(tensor: Tensor, rule: dict, tp: int) -> float:
     return experts * (padded - rows * groups)
 
 
+def _padded_extra(tensor: Tensor, rule: dict, tp: int) -> float:
+    """Bytes an expert tensor gains when the kernel allocates its dimensions padded (Marlin's MXFP4 experts: the
+    hidden size to 0 mod 256, a rank's intermediate size to 0 mod 128): (experts, rows[, groups[, packed]]), the
+    rows of the column-parallel projection being 2 x the intermediate, the other's the hidden size; the groups
+    (`block_elements` weights each) span the other dimension; a bias has rows only."""
+    leaf = tensor.name.rsplit(".", 1)[-1]
+    split_rows = any(part in leaf for part in SPLIT_ROWS)
+    if len(tensor.shape) < 2:
+        return 0.0
+    rows = tensor.shape[1] / tp if split_rows else tensor.shape[1]
+    row_multiple = 2 * rule["intermediate_multiple"] if split_rows else rule["hidden_multiple"]
+    factor = _round_up(rows, row_multiple) / rows
+    if len(tensor.shape) >= 3:
+        columns = tensor.shape[2] * rule["block_elements"] / (1 if split_rows else tp)
+        factor *= _round_up(columns, rule["hidden_multiple"] if split_rows else rule["intermediate_multiple"]) / columns
+    return tensor.nbytes / tp * (factor - 1)
+
+
 def _layout_extra(tensor: Tensor, rule: dict | None, tp: int) -> float:
     if rule is None:
         return 0.0
+    if "hidden_multiple" in rule:
+        return _padded_extra(tensor, rule, tp)
     leaf = tensor.name.rsplit(".", 1)[-1]
     if leaf.endswith(SCALE_SUFFIXES):
         return _scale_extra(tensor, rule, tp)

@@ -293,6 +293,9 @@ def main() -> int:
     parser.add_argument("--hf-overrides", default=None, help="JSON, e.g. '{\"num_hidden_layers\": 4}'")
     parser.add_argument("--attention-backend", default=None,
                         help="vLLM's attention backend by name (e.g. TRITON_ATTN); default: vLLM's choice")
+    parser.add_argument("--moe-backend", default=None,
+                        help="vLLM's MoE backend (e.g. marlin: the path GB10 takes for MXFP4 and NVFP4 experts); "
+                             "default: vLLM's choice")
     parser.add_argument("--additional-config", default=None,
                         help="JSON for vLLM's additional_config, e.g. '{\"gdn_prefill_backend\": \"triton\"}' "
                              "(GDN hybrids on Hopper without FlashInfer)")
@@ -332,6 +335,7 @@ def main() -> int:
               **({"max_num_batched_tokens": args.max_num_batched_tokens} if args.max_num_batched_tokens else {}),
               hf_overrides=json.loads(args.hf_overrides) if args.hf_overrides else None,
               **({"attention_backend": args.attention_backend} if args.attention_backend else {}),
+              **({"moe_backend": args.moe_backend} if args.moe_backend else {}),
               **({"speculative_config": json.loads(args.speculative_config),
                   # the spec-decode counters (vllm:spec_decode_num_drafts ...) are kept only with stats on
                   "disable_log_stats": False} if args.speculative_config else {}),
@@ -401,6 +405,7 @@ def main() -> int:
         "speculative_config": json.loads(args.speculative_config) if args.speculative_config else None,
         "speculative_runs": spec_runs,
         "additional_config": json.loads(args.additional_config) if args.additional_config else None,
+        "moe_backend": args.moe_backend,
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
     }
     with open(args.out, "w") as fh:
