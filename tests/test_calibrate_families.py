@@ -1,7 +1,7 @@
 """`calibrate --engine vllm` on a dense, a MoE and a hybrid model: the fit of what differs by family (the
 floor per replayed kernel, a MoE / Mamba layer's eager Python), the entry's own bands and the classes it never
 measured, and the refusal of fits that should not be saved. On the decode steps vLLM 0.26.0 measured when the
-command ran on the lent H200 (benchmarks/results/vllm_h200_calibrate4, the whole models; calibrate3, the same
+command ran on a rented H200 (benchmarks/results/vllm_h200_calibrate4, the whole models; calibrate3, the same
 command on models cut to a few layers), refitted by benchmarks/gpu_vllm/calibration_check.py as the command
 fits them."""
 from __future__ import annotations

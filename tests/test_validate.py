@@ -332,7 +332,7 @@ H100_CALIBRATION = Path(__file__).parent / "fixtures" / "gpu" / "h100_calibrate.
 
 
 def _replayed_h100_calibration():
-    """The real output of `roofline calibrate --device cuda --json` on the lent H100 (Intel host,
+    """The real output of `roofline calibrate --device cuda --json` on a rented H100 (Intel host,
     2026-11-23, benchmarks/RESULTS-gpu.md section 4), turned back into the objects measure()
     returned there. No GPU here: this replays that measurement, it does not make one."""
     from roofline.live.calibrate import Calibration, KernelResult

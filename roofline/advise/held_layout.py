@@ -58,13 +58,18 @@ def _rule(moe_format: str, moe_backend: str | None) -> dict | None:
                  if r["format"] == moe_format and r["moe_backend"] == moe_backend), None)
 
 
+def _splits_rows(tensor: Tensor) -> bool:
+    """Whether the tensor belongs to the column-parallel projection (gate/up): its rows split over the ranks."""
+    return any(part in tensor.name.rsplit(".", 1)[-1] for part in SPLIT_ROWS)
+
+
 def _scale_extra(tensor: Tensor, rule: dict, tp: int) -> float:
     """Bytes a (experts, rows, scale groups) scale tensor gains when its tiles pad rows and groups (one byte each:
     E8M0 scales); a rank's rows or groups are its share."""
     if len(tensor.shape) != 3:
         return 0.0
     experts, rows, groups = tensor.shape
-    if any(part in tensor.name.rsplit(".", 1)[-1] for part in SPLIT_ROWS):
+    if _splits_rows(tensor):
         rows = rows / tp
     else:
         groups = groups / tp
@@ -77,10 +82,9 @@ def _padded_extra(tensor: Tensor, rule: dict, tp: int) -> float:
     hidden size to 0 mod 256, a rank's intermediate size to 0 mod 128): (experts, rows[, groups[, packed]]), the
     rows of the column-parallel projection being 2 x the intermediate, the other's the hidden size; the groups
     (`block_elements` weights each) span the other dimension; a bias has rows only."""
-    leaf = tensor.name.rsplit(".", 1)[-1]
-    split_rows = any(part in leaf for part in SPLIT_ROWS)
     if len(tensor.shape) < 2:
         return 0.0
+    split_rows = _splits_rows(tensor)
     rows = tensor.shape[1] / tp if split_rows else tensor.shape[1]
     row_multiple = 2 * rule["intermediate_multiple"] if split_rows else rule["hidden_multiple"]
     factor = _round_up(rows, row_multiple) / rows
