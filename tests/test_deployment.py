@@ -318,6 +318,19 @@ def test_preflight_of_a_serve_line_answers_for_exactly_that_deployment():
     assert "--enforce-eager" in text.stdout and "KV cache" in text.stdout and "stayed BF16" in text.stdout
 
 
+def test_an_attention_backend_measured_slower_than_priced_is_said():
+    """Triton's unified attention read the KV cache far below the rate the step model prices (an H200, Gemma 4 31B
+    at 10 streams: benchmarks/results/vllm_h200_dense_streams): a serve line naming it is told so beside its
+    figures; FlashAttention's, priced as measured, is not."""
+    _, out = preflight("--hardware", "h200", "--json", "--", "vllm", "serve", DENSE, "--attention-backend",
+                       "TRITON_ATTN", "--max-model-len", "8192")
+    assert any(n.startswith("--attention-backend TRITON_ATTN: Triton's unified attention") for n in
+               out["deployment"]["notes"])
+    _, plain = preflight("--hardware", "h200", "--json", "--", "vllm", "serve", DENSE, "--attention-backend",
+                         "FLASH_ATTN", "--max-model-len", "8192")
+    assert not any("--attention-backend" in n for n in plain["deployment"]["notes"])
+
+
 def test_preflight_names_what_vllm_would_refuse_and_exits_non_zero():
     proc, out = preflight("--hardware", "h100-sxm", "--json", "--", "vllm", "serve", HYBRID_NVFP4,
                           "--moe-backend", "flashinfer_cutlass", "--max-model-len", "400000")

@@ -140,6 +140,9 @@ PROFILED = {  # profiled run (under benchmarks/results) -> its config (under the
     "vllm_h200_gemma4/dsv3-4l-graphs-prof": CUT + "DeepSeek-V3-4layers-bf16",
     "vllm_h200_gemma4/gemma4-eager-prof": CUT + "gemma-4-26B-A4B-text",
     "vllm_h200_gemma4/gemma4-graphs-prof": CUT + "gemma-4-26B-A4B-text",
+    # Gemma 4's dense layer (Triton's attention with its segment reduction), and Qwen3-8B eager on Triton's attention
+    "vllm_h200_dense_streams/gemma4-31b-prof": CUT + "gemma-4-31B-text",
+    "vllm_h200_dense_streams/q8b-triton-eager-prof": REFERENCE + "Qwen__Qwen3-8B",
 }
 
 

@@ -53,10 +53,20 @@ CASES=(
   "gptoss20b-marlin-graphs-prof:tests/reference_configs/openai__gpt-oss-20b:graphs::--profile-batches=1 --moe-backend=marlin --attention-backend=TRITON_ATTN"
   "q30b8l-nvfp4-eager-prof:benchmarks/gpu_vllm/configs/Qwen3-30B-A3B-NVFP4-8layers:eager::--profile-batches=1"
   "q30b8l-nvfp4-graphs-prof:benchmarks/gpu_vllm/configs/Qwen3-30B-A3B-NVFP4-8layers:graphs::--profile-batches=1"
+  # a large dense model's decode at several streams (the GB10 bench's 1, 5 and 10 at 1.5k and a long context):
+  # Gemma 4 31B, 50 sliding layers of head size 256 and 10 global of 512, on Triton's attention (vLLM's pick at
+  # head size 512 where FlashAttention's CuTe kernel cannot run), every kernel's GPU time profiled at 1 and 10
+  # streams; the prefix cache on so that the long prompts are prefilled once (the runs' difference is decode)
+  "gemma4-31b-prof:benchmarks/gpu_vllm/configs/gemma-4-31B-text:graphs::--batches=1,5,10 --contexts=1536,16384 --prefix-caching --max-model-len=16640 --max-num-batched-tokens=8192 --profile-batches=1,10 --hf-overrides={\"allow_global_per_layer_attribute_access\":true,\"global_head_dim\":512,\"num_global_key_value_heads\":4} --attention-backend=TRITON_ATTN"
+  # Triton's attention against FlashAttention's on one dense model and one host (the eager Python of the
+  # attention launched from Python): Qwen3-8B eager both ways, profiled at batch 1
+  "q8b-triton-eager-prof:roofline/data/engine_models/qwen3-8b:eager::--profile-batches=1 --attention-backend=TRITON_ATTN"
+  # Gemma 4's weights as vLLM holds them (0.4 GiB above the checkpoint's tensors, not traced)
+  "gemma4-load:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:eager::--batches=1 --repeats=1 --load-trace --hf-overrides={\"allow_global_per_layer_attribute_access\":true,\"global_head_dim\":512,\"num_global_key_value_heads\":2} --attention-backend=TRITON_ATTN"
 )
-# the default chain: the calibration, then every case not named *-prof
+# the default chain: the calibration, then the cases named *-cal-eager
 DEFAULT_CASES=()
-for case in "${CASES[@]}"; do [[ "${case%%:*}" == *-prof ]] || DEFAULT_CASES+=("$case"); done
+for case in "${CASES[@]}"; do [[ "${case%%:*}" == *-cal-eager ]] && DEFAULT_CASES+=("$case"); done
 case "${1:-}" in
 start)
   rm -rf "$CHAIN"

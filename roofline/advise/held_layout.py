@@ -1,5 +1,5 @@
-"""What vLLM's "Model loading took X GiB" counts beyond the checkpoint's tensors (pure): the experts' kernel layout
-and the caching allocator's blocks.
+"""What vLLM's "Model loading took X GiB" counts beyond the checkpoint's tensors (pure): the experts' kernel layout,
+the caching allocator's blocks and the rotary embeddings' cos/sin caches.
 
 - Layout. Some MoE kernels re-lay the weights out at load (vLLM's process_weights_after_loading) into shapes the
   kernel reads: triton_kernels' MXFP4 experts on Hopper swizzle the block scales into tiles whose rows and scale
@@ -14,6 +14,11 @@ and the caching allocator's blocks.
   the blocks (c10/cuda/CUDACachingAllocator.cpp get_allocation_size, should_split). vLLM holds fused parameters (q/k/v
   in one, gate and up in one, each projection's experts in one), so the blocks are those of the fused tensors.
   serving.toml [load_allocator].
+- K as V. Where K is V (Gemma 4's global layers, attention_k_eq_v) the checkpoint has no v_proj, but vLLM's fused
+  qkv_proj holds a V slot and loads K's weights into both (vllm/model_executor/models/gemma4.py): K's bytes twice.
+- Rope. Each distinct rotary embedding holds a cos/sin cache of max_position_embeddings x its rotary width, in the
+  model's dtype (vllm/model_executor/layers/rotary_embedding base.py, get_rope); Gemma 4's two (256 and 128 MiB
+  at 262,144 positions) were the 0.4 GiB its weights held beyond the tensors. serving.toml [rope_cache].
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from roofline.data import load_table
+from roofline.model.architecture import config_int, shape_from_config, text_config
 from roofline.model.inventory import Inventory, Module, Tensor
 from roofline.predict.traffic import dtype_bytes
 
@@ -39,14 +45,16 @@ class HeldLayout:
     layout: float  # what the experts' kernel layout holds beyond the checkpoint's tensors, per rank
     blocks: float  # the caching allocator's blocks beyond the tensors they hold, per rank
     source: str
+    rope: float = 0.0  # the rotary embeddings' cos/sin caches, whole on every rank
 
     @property
     def bytes(self) -> float:
-        return self.layout + self.blocks
+        return self.layout + self.blocks + self.rope
 
     def share(self, fraction: float) -> HeldLayout:
-        """A pipeline stage's part: the fraction of the weights it holds."""
-        return HeldLayout(self.layout * fraction, self.blocks * fraction, self.source)
+        """A pipeline stage's part: the fraction of the weights it holds (the rope caches whole: every stage with
+        attention layers builds its own)."""
+        return HeldLayout(self.layout * fraction, self.blocks * fraction, self.source, self.rope)
 
 
 def _round_up(value: float, multiple: float) -> float:
@@ -107,6 +115,45 @@ def _layout_extra(tensor: Tensor, rule: dict | None, tp: int) -> float:
     return 0.0
 
 
+def _k_as_v(inventory: Inventory) -> set[str]:
+    """The k_proj modules vLLM also loads as V: a layer with K and no V where the config says K is V."""
+    if not text_config(inventory.config).get("attention_k_eq_v"):
+        return set()
+    projections: dict[int, set[str]] = defaultdict(set)
+    for module in inventory.modules:
+        if module.role == "attention_qkv":
+            projections[module.layer].add(module.name.rsplit(".", 1)[-1])
+    return {module.name for module in inventory.modules if module.role == "attention_qkv"
+            and module.name.endswith(".k_proj") and "v_proj" not in projections[module.layer]}
+
+
+def rope_cache_bytes(config: dict) -> float:
+    """The cos/sin caches of the model's distinct rotary embeddings (serving.toml [rope_cache]): max_position_embeddings
+    x the rotary width, in the model's dtype (float32 where vLLM builds the rope so), one per distinct rope."""
+    rule = load_table("serving")["rope_cache"]
+    shape = shape_from_config(config)
+    cfg = text_config(config)
+    if shape.model_type in rule["no_rope_model_types"] or not shape.attention:
+        return 0.0
+    positions = config_int(cfg, "max_position_embeddings", "n_positions")
+    element = 4 if shape.model_type in rule["float32_model_types"] else dtype_bytes(shape.dtype)
+    params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    per_kind = all(isinstance(v, dict) for v in params.values()) and bool(params)  # rope parameters by layer type
+    partial = cfg.get("partial_rotary_factor", params.get("partial_rotary_factor", 1.0))
+    partial = float(partial) if isinstance(partial, (int, float)) and not isinstance(partial, bool) else 1.0
+    mla_rope = config_int(cfg, "qk_rope_head_dim") if config_int(cfg, "kv_lora_rank") else 0
+    ropes = set()
+    for layer in shape.attention:
+        if mla_rope:
+            width = mla_rope
+        elif shape.model_type in rule["whole_head_model_types"]:
+            width = layer.head_dim
+        else:
+            width = int(layer.head_dim * partial)
+        ropes.add((layer.head_dim, width, layer.window is not None if per_kind else None))
+    return float(sum(positions * width * element for _, width, _ in ropes))
+
+
 def _parameter(module: Module, tensor: Tensor) -> tuple:
     """The vLLM parameter a checkpoint tensor is loaded into: its layer, fused projection and kind (weight, scale,
     bias ...); one per module where vLLM fuses nothing."""
@@ -129,10 +176,13 @@ def held_layout(inventory: Inventory, moe_format: str = "", moe_backend: str | N
     allocator = load_table("serving")["load_allocator"]
     parameters: dict[tuple, float] = defaultdict(float)
     layout = 0.0
+    k_as_v = _k_as_v(inventory)
     for module in inventory.modules:
         experts = module.role == "moe_experts" and module.format == moe_format
         for tensor in module.tensors:
             extra = _layout_extra(tensor, rule, tp) if experts else 0.0
+            if module.name in k_as_v:  # the V slot of the fused qkv_proj, loaded with K's weights
+                extra += tensor.nbytes / tp
             layout += extra
             parameters[_parameter(module, tensor)] += tensor.nbytes / tp + extra
     segment, unsplit, smallest = (allocator["segment_round_mib"] * MIB, allocator["max_split_size_mib"] * MIB,
@@ -147,4 +197,9 @@ def held_layout(inventory: Inventory, moe_format: str = "", moe_backend: str | N
     words = "the caching allocator's 2 MiB blocks while vLLM loads (serving.toml [load_allocator])"
     if layout and rule is not None:
         words = f"{rule['name']}: {rule['what']} (serving.toml [[expert_layout]]); {words}"
-    return HeldLayout(layout, blocks, words)
+    if k_as_v:
+        words = f"K's weights loaded again as V in {len(k_as_v)} K-is-V layers' qkv_proj; {words}"
+    rope = rope_cache_bytes(inventory.config)
+    if rope:
+        words += "; the rotary embeddings' cos/sin caches (serving.toml [rope_cache])"
+    return HeldLayout(layout, blocks, words, rope)

@@ -104,13 +104,13 @@ def profile_step(run, batch: int, short: int = 4, long: int = 20) -> dict:
         run(batch, tokens)  # warm: the same path without the profiler first
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             run(batch, tokens)
-        kernels, busy_us, host = Counter(), 0.0, Counter()
+        kernels, busy_us, host = Counter(), Counter(), Counter()
         for event in prof.events():
             if event.device_type == DeviceType.CUDA:
                 if "Memcpy" in event.name or "Memset" in event.name:
                     continue
                 kernels[event.name] += 1
-                busy_us += event.time_range.elapsed_us()
+                busy_us[event.name] += event.time_range.elapsed_us()
             elif event.name in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                                 "cudaGraphLaunch", "cuGraphLaunch"):
                 host[event.name] += 1
@@ -118,16 +118,24 @@ def profile_step(run, batch: int, short: int = 4, long: int = 20) -> dict:
 
     (k_short, busy_short, host_short), (k_long, busy_long, host_long) = counted(short), counted(long)
     steps = long - short
-    per_name = {name: (k_long[name] - k_short[name]) / steps for name in set(k_long) | set(k_short)}
+    names = set(k_long) | set(k_short)
+    per_name = {name: (k_long[name] - k_short[name]) / steps for name in names}
+    # each kernel's own GPU time per step (the attention kernel's against its KV bytes, a GEMM's against its weights)
+    ms_per_name = {name: (busy_long[name] - busy_short[name]) / steps / 1e3 for name in names}
     per_name = {name: n for name, n in per_name.items() if abs(n) > 1e-9}
     by_launcher = Counter()
     for name, n in per_name.items():
         by_launcher[launcher(name)] += n
     top = sorted(per_name.items(), key=lambda kv: -kv[1])[:60]
+    busiest = sorted(ms_per_name.items(), key=lambda kv: -kv[1])[:30]
     return {"batch": batch, "steps": steps, "kernels_per_step": sum(per_name.values()),
-            "by_launcher": dict(by_launcher), "kernel_busy_ms_per_step": (busy_long - busy_short) / steps / 1e3,
+            "by_launcher": dict(by_launcher),
+            "kernel_busy_ms_per_step": sum(busy_long.values()) / steps / 1e3 - sum(busy_short.values()) / steps / 1e3,
             "host_launches_per_step": {k: (host_long[k] - host_short[k]) / steps for k in set(host_long) | set(host_short)},
-            "top_kernels": [{"name": name[:200], "launcher": launcher(name), "per_step": n} for name, n in top]}
+            "top_kernels": [{"name": name[:200], "launcher": launcher(name), "per_step": n,
+                             "ms_per_step": ms_per_name[name]} for name, n in top],
+            "busiest_kernels": [{"name": name[:200], "launcher": launcher(name), "per_step": per_name.get(name, 0.0),
+                                 "ms_per_step": ms} for name, ms in busiest]}
 
 
 def speculative_step(spec_runs: list[dict], batch: int, short: int, long: int) -> dict:
@@ -272,6 +280,11 @@ def main() -> int:
     parser.add_argument("--mode", choices=["graphs", "eager"], default="graphs")
     parser.add_argument("--batches", default="1,8,32,128")
     parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--contexts", default=None,
+                        help="several contexts on one engine, e.g. 1536,16384 (each with every batch; overrides --context)")
+    parser.add_argument("--prefix-caching", action="store_true",
+                        help="keep vLLM's prefix cache on: the runs' repeated prompts are then prefilled once (long "
+                             "contexts at many streams), the short and long runs alike, so the difference is decode")
     parser.add_argument("--short", type=int, default=8)
     parser.add_argument("--long", type=int, default=72)
     parser.add_argument("--repeats", type=int, default=3)
@@ -331,7 +344,8 @@ def main() -> int:
               **({"gpu_memory_utilization": args.gpu_memory_utilization} if args.gpu_memory_utilization else {}),
               kv_cache_dtype=args.kv_cache_dtype, seed=0,
               # the same prompts run again: a prefix-cache hit would shorten one run's prefill only
-              enable_prefix_caching=False,
+              # (unless every run hits it: --prefix-caching, after the warm-up run)
+              enable_prefix_caching=args.prefix_caching,
               **({"max_num_batched_tokens": args.max_num_batched_tokens} if args.max_num_batched_tokens else {}),
               hf_overrides=json.loads(args.hf_overrides) if args.hf_overrides else None,
               **({"attention_backend": args.attention_backend} if args.attention_backend else {}),
@@ -356,8 +370,11 @@ def main() -> int:
 
     spec_runs: list[dict] = []
 
+    contexts = [int(c) for c in args.contexts.split(",")] if args.contexts else [args.context]
+    context = contexts[0]
+
     def run(batch: int, tokens: int) -> float:
-        prompts = [{"prompt_token_ids": [(7 + 13 * i + 31 * j) % (vocab - 1) + 1 for j in range(args.context)]}
+        prompts = [{"prompt_token_ids": [(7 + 13 * i + 31 * j) % (vocab - 1) + 1 for j in range(context)]}
                    for i in range(batch)]
         params = SamplingParams(max_tokens=tokens, min_tokens=tokens, ignore_eos=True, detokenize=False, temperature=0)
         before = counters()
@@ -374,21 +391,24 @@ def main() -> int:
         return elapsed
 
     rows = []
-    for batch in batches:
-        run(batch, args.short)  # warm-up: compile caches, graph replay paths
-        steps = []
-        for _ in range(args.repeats):
-            short, long = run(batch, args.short), run(batch, args.long)
-            steps.append((long - short) / (args.long - args.short))
-        step = statistics.median(steps)
-        row = {"batch": batch, "context": args.context, "step_ms": 1e3 * step, "per_stream_tok_s": 1 / step,
-               "aggregate_tok_s": batch / step, "step_ms_runs": [1e3 * s for s in steps]}
-        if args.speculative_config:
-            row.update(speculative_step(spec_runs, batch, args.short, args.long))
-        rows.append(row)
-        print(f"batch {batch:4d}: {1e3 * step:7.3f} ms/step, {batch / step:9.1f} tok/s", file=sys.stderr, flush=True)
-    profiles = [profile_step(run, batch) for batch in
-                (int(b) for b in args.profile_batches.split(",") if b)]
+    profiles = []
+    for context in contexts:
+        for batch in batches:
+            run(batch, args.short)  # warm-up: compile caches, graph replay paths
+            steps = []
+            for _ in range(args.repeats):
+                short, long = run(batch, args.short), run(batch, args.long)
+                steps.append((long - short) / (args.long - args.short))
+            step = statistics.median(steps)
+            row = {"batch": batch, "context": context, "step_ms": 1e3 * step, "per_stream_tok_s": 1 / step,
+                   "aggregate_tok_s": batch / step, "step_ms_runs": [1e3 * s for s in steps]}
+            if args.speculative_config:
+                row.update(speculative_step(spec_runs, batch, args.short, args.long))
+            rows.append(row)
+            print(f"context {context}, batch {batch:4d}: {1e3 * step:7.3f} ms/step, {batch / step:9.1f} tok/s",
+                  file=sys.stderr, flush=True)
+        profiles += [{**profile_step(run, batch), "context": context} for batch in
+                     (int(b) for b in args.profile_batches.split(",") if b)]
     result = {
         "schema": "roofline.vllm_probe/1", "config": args.config, "mode": args.mode,
         "quantization": args.quantization, "kv_cache_dtype": args.kv_cache_dtype,

@@ -157,6 +157,8 @@ class Flag:
     low: float | None = None
     high: float | None = None
     low_open: bool = False
+    # a choice measured slower than the step model prices it: (choice, what was measured), said beside the figures
+    slower_than_priced: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -181,6 +183,7 @@ def flags() -> tuple[Flag, ...]:
         entry = dict(entry)
         entry["names"] = tuple(entry["names"])
         entry["choices"] = tuple(entry.get("choices", ()))
+        entry["slower_than_priced"] = tuple(entry.get("slower_than_priced", {}).items())
         out.append(Flag(**entry))
     return tuple(out)
 
@@ -793,11 +796,16 @@ def claimed_quantization(inventory: Inventory) -> str | None:
 
 def checkpoint_notes(deployment: Deployment, inventory: Inventory) -> tuple[str, ...]:
     """What vLLM makes of the deployment's flags on this checkpoint that the flags alone do not say."""
+    notes = []
     claimed = claimed_quantization(inventory) if deployment.quantization else None
-    if claimed is None or claimed == deployment.quantization:
-        return ()
-    return (f"--quantization {deployment.quantization}: vLLM reads the checkpoint's {_quant_method(inventory)} "
-            f"config and runs {claimed} whatever the flag says (ModelConfig._verify_quantization)",)
+    if claimed is not None and claimed != deployment.quantization:
+        notes.append(f"--quantization {deployment.quantization}: vLLM reads the checkpoint's {_quant_method(inventory)} "
+                     f"config and runs {claimed} whatever the flag says (ModelConfig._verify_quantization)")
+    for flag in flags():
+        slower = dict(flag.slower_than_priced).get(str(getattr(deployment, flag.field, None)))
+        if slower:
+            notes.append(f"{flag.name} {getattr(deployment, flag.field)}: {slower}")
+    return tuple(notes)
 
 
 def _scheme_refusal(inventory: Inventory, name: str, kind: str) -> str | None:

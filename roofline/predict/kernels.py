@@ -218,8 +218,9 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
     counts.append(_count(None, "norms", "vllm", core["block_norm_gemma"] if gemma_norm else core["final_norm"]))
     # what an architecture's decoder layer launches beyond its roles and cores (kernels.toml [layer.*]), in each layer
     # (a pipeline stage holds its own layers' share)
-    for entry in table.get("layer", {}).values():
-        if shape.model_type in entry["model_types"]:
+    moe_model = any(m.role == "moe_experts" for m in inventory.modules)
+    for entry in table.get("layer", {}).values():  # an entry may hold for the MoE or the dense models alone
+        if shape.model_type in entry["model_types"] and entry.get("moe", moe_model) == moe_model:
             counts.extend(_count(layer, "layer_structure", "vllm", entry) for layer in range(shape.num_layers))
     lm_head = outside.get("lm_head")
     fmt = _main_format(lm_head) if lm_head else "bf16"
