@@ -26,7 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from roofline.data import load_table
-from roofline.model.architecture import config_int, shape_from_config, text_config
+from roofline.model.architecture import config_int, text_config
 from roofline.model.inventory import Inventory, Module, Tensor
 from roofline.predict.traffic import dtype_bytes
 
@@ -127,12 +127,12 @@ def _k_as_v(inventory: Inventory) -> set[str]:
             and module.name.endswith(".k_proj") and "v_proj" not in projections[module.layer]}
 
 
-def rope_cache_bytes(config: dict) -> float:
+def rope_cache_bytes(inventory: Inventory) -> float:
     """The cos/sin caches of the model's distinct rotary embeddings (serving.toml [rope_cache]): max_position_embeddings
     x the rotary width, in the model's dtype (float32 where vLLM builds the rope so), one per distinct rope."""
     rule = load_table("serving")["rope_cache"]
-    shape = shape_from_config(config)
-    cfg = text_config(config)
+    shape = inventory.shape
+    cfg = text_config(inventory.config)
     if shape.model_type in rule["no_rope_model_types"] or not shape.attention:
         return 0.0
     positions = config_int(cfg, "max_position_embeddings", "n_positions")
@@ -199,7 +199,7 @@ def held_layout(inventory: Inventory, moe_format: str = "", moe_backend: str | N
         words = f"{rule['name']}: {rule['what']} (serving.toml [[expert_layout]]); {words}"
     if k_as_v:
         words = f"K's weights loaded again as V in {len(k_as_v)} K-is-V layers' qkv_proj; {words}"
-    rope = rope_cache_bytes(inventory.config)
+    rope = rope_cache_bytes(inventory)
     if rope:
         words += "; the rotary embeddings' cos/sin caches (serving.toml [rope_cache])"
     return HeldLayout(layout, blocks, words, rope)
