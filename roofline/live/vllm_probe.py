@@ -28,6 +28,7 @@ launches per step, and the most frequent kernel names.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -130,7 +131,7 @@ def profile_step(run, batch: int, short: int = 4, long: int = 20) -> dict:
     busiest = sorted(ms_per_name.items(), key=lambda kv: -kv[1])[:30]
     return {"batch": batch, "steps": steps, "kernels_per_step": sum(per_name.values()),
             "by_launcher": dict(by_launcher),
-            "kernel_busy_ms_per_step": sum(busy_long.values()) / steps / 1e3 - sum(busy_short.values()) / steps / 1e3,
+            "kernel_busy_ms_per_step": sum(ms_per_name.values()),
             "host_launches_per_step": {k: (host_long[k] - host_short[k]) / steps for k in set(host_long) | set(host_short)},
             "top_kernels": [{"name": name[:200], "launcher": launcher(name), "per_step": n,
                              "ms_per_step": ms_per_name[name]} for name, n in top],
@@ -371,9 +372,8 @@ def main() -> int:
     spec_runs: list[dict] = []
 
     contexts = [int(c) for c in args.contexts.split(",")] if args.contexts else [args.context]
-    context = contexts[0]
 
-    def run(batch: int, tokens: int) -> float:
+    def run(batch: int, tokens: int, context: int) -> float:
         prompts = [{"prompt_token_ids": [(7 + 13 * i + 31 * j) % (vocab - 1) + 1 for j in range(context)]}
                    for i in range(batch)]
         params = SamplingParams(max_tokens=tokens, min_tokens=tokens, ignore_eos=True, detokenize=False, temperature=0)
@@ -394,10 +394,10 @@ def main() -> int:
     profiles = []
     for context in contexts:
         for batch in batches:
-            run(batch, args.short)  # warm-up: compile caches, graph replay paths
+            run(batch, args.short, context)  # warm-up: compile caches, graph replay paths
             steps = []
             for _ in range(args.repeats):
-                short, long = run(batch, args.short), run(batch, args.long)
+                short, long = run(batch, args.short, context), run(batch, args.long, context)
                 steps.append((long - short) / (args.long - args.short))
             step = statistics.median(steps)
             row = {"batch": batch, "context": context, "step_ms": 1e3 * step, "per_stream_tok_s": 1 / step,
@@ -407,7 +407,8 @@ def main() -> int:
             rows.append(row)
             print(f"context {context}, batch {batch:4d}: {1e3 * step:7.3f} ms/step, {batch / step:9.1f} tok/s",
                   file=sys.stderr, flush=True)
-        profiles += [{**profile_step(run, batch), "context": context} for batch in
+        at_context = functools.partial(run, context=context)
+        profiles += [{**profile_step(at_context, batch), "context": context} for batch in
                      (int(b) for b in args.profile_batches.split(",") if b)]
     result = {
         "schema": "roofline.vllm_probe/1", "config": args.config, "mode": args.mode,
