@@ -69,7 +69,12 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # a sixth: Gemma 4's dense 31B at 1, 5 and 10 streams, 1.5k and 16k tokens, Triton's attention; Qwen3-8B
          # eager on Triton's attention and on FlashAttention, one host
          **{f"{name}-1128d": f"vllm_h200_dense_streams/{name}.json"
-            for name in ("gemma4-31b-prof", "q8b-triton-eager-prof", "q8b-again-cal-eager")}}
+            for name in ("gemma4-31b-prof", "q8b-triton-eager-prof", "q8b-again-cal-eager")},
+         # a seventh: Qwen3-8B with CUDA graphs at 4k and 16k tokens, 1 / 8 / 16 streams, on Triton's attention and
+         # on FlashAttention 3 (BF16 and FP8 KV); an NVFP4 MoE and gpt-oss on Marlin (GB10's path), profiled
+         **{f"{name}-1128e": f"vllm_h200_decode_kernels/{name}.json"
+            for name in ("q8b-triton-ctx-graphs", "q8b-fa3-ctx-graphs", "q8b-fa3-fp8kv-ctx-graphs",
+                         "q30b8l-nvfp4-graphs-prof", "gptoss20b-marlin-graphs-prof")}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 # decode rows that are not one step of their batch, with why: (case, batch, context) -> reason
@@ -109,7 +114,8 @@ def load_rows() -> list[Row]:
     hardware = get_hardware(HARDWARE)
     return [row for path, result, inventory, routing in results()
             for row in rows_for(result, inventory, hardware, case_of(path), routing,
-                                StepConfig(backend=ran_backend(result, inventory, hardware)))
+                                StepConfig(backend=ran_backend(result, inventory, hardware),
+                                           kv_cache_dtype=result.get("kv_cache_dtype") or "auto"))
             if (row.case, row.batch, row.context) not in NOT_A_STEP]
 
 

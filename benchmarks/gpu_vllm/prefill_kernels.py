@@ -269,36 +269,51 @@ def _marlin_moe_rows(dev, fused_marlin_moe, rand_marlin_weight_nvfp4_like, scala
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    kinds = {"gemm": gemm_rows, "attention": attention_rows, "moe": moe_rows, "gdn": gdn_rows, "mamba": mamba_rows,
+             "marlin": marlin_rows}
+    return main_for(__doc__, "roofline.prefill_kernels/1", kinds, _show)
+
+
+def main_for(doc: str, schema: str, kinds: dict, show, sms: bool = False) -> int:
+    """A kernel-timing script's command line (--out PATH, --only KINDS) over its kinds of rows."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--only", default="", help="comma-separated kinds: gemm,attention,moe,gdn,mamba,marlin")
+    parser.add_argument("--only", default="", help="comma-separated kinds: " + ",".join(kinds))
     args = parser.parse_args()
     import vllm
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    out = {"schema": "roofline.prefill_kernels/1", "device": torch.cuda.get_device_name(0),
+    out = {"schema": schema, "device": torch.cuda.get_device_name(0),
+           **({"sms": torch.cuda.get_device_properties(0).multi_processor_count} if sms else {}),
            "vllm": vllm.__version__, "torch": torch.__version__, "rows": [], "errors": {}}
-    kinds = {"gemm": gemm_rows, "attention": attention_rows, "moe": moe_rows, "gdn": gdn_rows, "mamba": mamba_rows,
-             "marlin": marlin_rows}
-    chosen = [k for k in args.only.split(",") if k] or list(kinds)
+    run_kinds(kinds, [k for k in args.only.split(",") if k] or list(kinds), dev, out, args.out, show)
+    return 0
+
+
+def _show(kind: str, rows: list[dict], seconds: float) -> None:
+    print(f"{kind}: {len(rows)} rows in {seconds:.0f} s", flush=True)
+    for r in rows[:: max(1, len(rows) // 8)]:
+        if "ms" in r:
+            print(f"  {r['model']:18} {r.get('layer', r.get('impl', '')):28} "
+                  f"{r.get('m', r.get('t'))!s:>6} {r['ms']:8.3f} ms ({r.get('wall_ms', 0):.3f} wall) "
+                  f"{r['flops'] / r['ms'] / 1e9:8.1f} TFLOP/s")
+
+
+def run_kinds(kinds: dict, chosen: list[str], dev, out: dict, path: str, show) -> None:
+    """Each chosen kind's rows into out (its traceback into out["errors"] where it fails), `show` printing them,
+    and out written to `path` after every kind: a later failure keeps what ran."""
     for kind in chosen:
         began = time.time()
         try:
             rows = kinds[kind](dev)
             out["rows"] += rows
-            print(f"{kind}: {len(rows)} rows in {time.time() - began:.0f} s", flush=True)
-            for r in rows[:: max(1, len(rows) // 8)]:
-                if "ms" in r:
-                    print(f"  {r['model']:18} {r.get('layer', r.get('impl', '')):28} "
-                          f"{r.get('m', r.get('t'))!s:>6} {r['ms']:8.3f} ms ({r.get('wall_ms', 0):.3f} wall) "
-                          f"{r['flops'] / r['ms'] / 1e9:8.1f} TFLOP/s")
+            show(kind, rows, time.time() - began)
         except Exception:
             out["errors"][kind] = traceback.format_exc()[-1500:]
             print(f"{kind} failed:\n{out['errors'][kind]}", flush=True)
         torch.cuda.empty_cache()
-        with open(args.out, "w") as f:  # after every kind: a later failure keeps what ran
+        with open(path, "w") as f:
             json.dump(out, f, indent=1)
-    return 0
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@
 #   benchmarks/gpu_vllm/run_probe.sh run CASES... (carry the last part: unpack the site, run the cases)
 #   benchmarks/gpu_vllm/run_probe.sh kernels [--only KINDS]  (carry the last part: prefill_kernels.py, the prompt's
 #       kernels timed one by one into $OUT/prefill_kernels.json)
+#   benchmarks/gpu_vllm/run_probe.sh decode-kernels [--only KINDS]  (carry the last part: decode_kernels.py, a decode
+#       step's kernels timed one by one into $OUT/decode_kernels.json)
 #   benchmarks/gpu_vllm/run_probe.sh calibrate [ARGS...]  (roofline calibrate --engine vllm ARGS as a user
 #       runs it; carry .whl/roofline-deps too: roofline's own pure-Python requirements the image lacks)
 # A case is NAME:CONFIG:MODE[:QUANTIZATION[:PROBE ARGS]] (the args: probe.py options, no spaces inside one,
@@ -25,6 +27,10 @@ export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_ENABLE_V1_MULTIPR
 python3 -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__, torch.cuda.get_device_name(0))'
 if [ "$action" = "kernels" ]; then  # the prefill kernels one by one (prefill_kernels.py ARGS)
   python3 benchmarks/gpu_vllm/prefill_kernels.py --out "$OUT/prefill_kernels.json" "$@" 2>&1 | grep -v "^\s*$" | tail -n 120
+  exit 0
+fi
+if [ "$action" = "decode-kernels" ]; then  # the decode step's kernels one by one (decode_kernels.py ARGS)
+  python3 benchmarks/gpu_vllm/decode_kernels.py --out "$OUT/decode_kernels.json" "$@" 2>&1 | grep -v "^\s*$" | tail -n 120
   exit 0
 fi
 if [ "$action" = "calibrate" ]; then

@@ -69,6 +69,11 @@ def layouts_of(config: str) -> list[str]:
     return sorted(layouts(load_inventory(str(REPO / config))))
 
 
+def kv_note(row) -> str:
+    """A run's KV cache dtype where it set one (--kv-cache-dtype), beside the weights' format."""
+    return "" if row.kv_cache_dtype == "auto" else f", {row.kv_cache_dtype} KV"
+
+
 def format_of(config: str, quantization: str | None) -> str:
     from roofline.audit import load_inventory
 
@@ -83,7 +88,9 @@ def build() -> tuple[str, str]:
     rows = fit.load_rows()
     in_fit = [r for r in rows if fit.fitted(r)]
     model = fit.fit(in_fit)
-    held = [r for r in rows if r.case in fit.HELD_OUT]
+    # an architecture left out of the fit (fit.LEFT_OUT: its routing under dummy weights unknown) is no class's
+    # point, held out or not: its one-stream steps would count its favourable backend and not the other
+    held = [r for r in rows if r.case in fit.HELD_OUT and r.architecture not in fit.LEFT_OUT]
     held_out: dict[int, float] = {}  # id(row) -> error with its architecture left out
     for architecture in sorted({r.architecture for r in in_fit}):
         others = [r for r in in_fit if r.architecture != architecture]
@@ -206,7 +213,7 @@ def build() -> tuple[str, str]:
         left = f"{100 * held_out[id(r)]:+.0f}%" if id(r) in held_out else (
             "not fitted" if r.architecture in fit.LEFT_OUT else "held out" if r.case in fit.HELD_OUT else "-")
         lines.append(f"| {hardware.key.upper()} | {r.vllm_version} | {r.architecture} | {families[r.config]} | "
-                     f"{formats[(r.config, r.quantization)]} | {r.mode} | {r.batch} | {r.context} | {r.measured_ms:.3f} | "
+                     f"{formats[(r.config, r.quantization)]}{kv_note(r)} | {r.mode} | {r.batch} | {r.context} | {r.measured_ms:.3f} | "
                      f"{predicted:.3f} | {100 * (predicted / r.measured_ms - 1):+.1f}% | {left} |")
     gb10_lines, gb10_toml = gb10_section()
     transfer = transfer_error(model)

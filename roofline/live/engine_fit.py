@@ -62,6 +62,7 @@ class Row:
     mamba_layers: int = 0
     family: str = "dense"  # dense | moe | hybrid (roofline.predict.bands.model_family)
     host_floor_s: float = 0.0  # the engine's host time per step (launch.toml [step_host], not fitted here)
+    kv_cache_dtype: str = "auto"  # the run's --kv-cache-dtype, as priced
 
     def graphs_s(self, efficiency: float, floor_us: float, utilization: float,
                  weight_gbps: float | None = None, gemm_utilization: float | None = None) -> float:
@@ -124,7 +125,7 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
             backend_gemms=sum(c.gemms for c in step.profile.counts
                               if c.gemms and c.backend == (step.backend.linear_backend or "cublas")),
             moe_layers=moe_layers, mamba_layers=recurrent.count("mamba"), family=model_family(inventory),
-            host_floor_s=step.main.host_s))
+            host_floor_s=step.main.host_s, kv_cache_dtype=base.kv_cache_dtype))
     return rows
 
 
