@@ -40,7 +40,9 @@ DECODE_MOES = [("qwen3.6-35b-a3b", 256, 8, 2048, 512), ("qwen3-30b-a3b", 128, 8,
 
 
 def _moe_bytes(e: int, top: int, h: int, inter: int, m: int, bytes_per_param: float) -> float:
-    touched = e * (1.0 - (1.0 - top / e) ** m)  # distinct experts of m independent uniform tokens
+    # distinct experts of m independent uniform tokens, the expectation roofline's traffic.distinct_experts prices;
+    # written out here because this script runs on the GPU image, where roofline's own requirements are absent
+    touched = e * (1.0 - (1.0 - top / e) ** m)
     return touched * 3 * h * inter * bytes_per_param
 
 
