@@ -49,23 +49,9 @@ def _moe_bytes(e: int, top: int, h: int, inter: int, m: int, bytes_per_param: fl
 def weight_rows(dev) -> list[dict]:
     """Dense GEMMs (cuBLAS BF16, CUTLASS FP8, Marlin NVFP4) and fused MoE (Triton BF16, Marlin NVFP4) at decode's M,
     through prefill_kernels' own row builders."""
-    pk.TOKENS, pk.GEMMS, pk.MARLIN_GEMMS = DECODE_TOKENS, DECODE_GEMMS, DECODE_GEMMS
-    pk.MOES = [(model, e, top, h, inter, "silu") for model, e, top, h, inter in DECODE_MOES]
-    pk.MARLIN_MOES = []  # one shape at a time below: a shape Marlin refuses is one error row, not the rest lost
-    rows = pk.gemm_rows(dev) + pk.moe_rows(dev) + pk.marlin_rows(dev)
-    from vllm.model_executor.layers.fused_moe.experts.marlin_moe import fused_marlin_moe
-    from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
-    from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import rand_marlin_weight_nvfp4_like
-    from vllm.scalar_type import scalar_types
-    for shape in DECODE_MOES:
-        pk.MARLIN_MOES = [shape]
-        try:
-            rows += pk._marlin_moe_rows(dev, fused_marlin_moe, rand_marlin_weight_nvfp4_like, scalar_types,
-                                        marlin_make_workspace_new(dev, 4))
-        except Exception as exc:  # e.g. gpt-oss's 2880: no thread config of the NVFP4 kernel (2026-11-28, H200)
-            rows.append({"kind": "moe", "format": "nvfp4-marlin", "model": shape[0],
-                         "error": f"{type(exc).__name__}: {exc}"[:300]})
-        torch.cuda.empty_cache()
+    moes = [(model, e, top, h, inter, "silu") for model, e, top, h, inter in DECODE_MOES]
+    rows = pk.gemm_rows(dev, DECODE_GEMMS, DECODE_TOKENS) + pk.moe_rows(dev, moes, DECODE_TOKENS) \
+        + pk.marlin_rows(dev, DECODE_GEMMS, DECODE_MOES, DECODE_TOKENS)
     per_param = {"bf16": 2.0, "fp8": 1.0, "nvfp4-marlin": 0.5 + 1.0 / 16}  # FP4 and its FP8 scale a 16-group
     for r in rows:
         if "ms" not in r:

@@ -78,13 +78,13 @@ def timed(fn, reps: int = 10, warmup: int = 3) -> float:
 LAST_WALL_MS = 0.0
 
 
-def gemm_rows(dev) -> list[dict]:
+def gemm_rows(dev, gemms=GEMMS, tokens=TOKENS) -> list[dict]:
     from vllm import _custom_ops as ops
     rows = []
-    for model, layer, n, k in GEMMS:
+    for model, layer, n, k in gemms:
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k ** 0.5
         wq, sw = ops.scaled_fp8_quant(w)
-        for m in TOKENS:
+        for m in tokens:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             flops = 2.0 * m * n * k
             ms = timed(lambda: torch.nn.functional.linear(x, w))
@@ -132,16 +132,16 @@ def attention_rows(dev) -> list[dict]:
     return rows
 
 
-def moe_rows(dev) -> list[dict]:
+def moe_rows(dev, moes=MOES, tokens=TOKENS) -> list[dict]:
     from vllm.model_executor.layers.fused_moe import fused_experts
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     rows = []
-    for model, e, top, h, inter, act in MOES:
+    for model, e, top, h, inter, act in moes:
         gated = not act.endswith("_no_mul")
         w1 = torch.randn(e, (2 if gated else 1) * inter, h, device=dev, dtype=torch.bfloat16) / h ** 0.5
         w2 = torch.randn(e, h, inter, device=dev, dtype=torch.bfloat16) / inter ** 0.5
         params = e * ((2 if gated else 1) * inter * h + h * inter)
-        for m in TOKENS:
+        for m in tokens:
             x = torch.randn(m, h, device=dev, dtype=torch.bfloat16)
             # independent uniform routing: what dummy weights give (the H200's first tokens ran dummy weights)
             ids = torch.stack([torch.randperm(e, device=dev)[:top] for _ in range(m)]).to(torch.int32)
@@ -217,7 +217,7 @@ MARLIN_GEMMS = [("qwen3-8b", "qkv", 6144, 4096), ("qwen3-8b", "gate_up", 24576, 
 MARLIN_MOES = [("qwen3-30b-a3b", 128, 8, 2048, 768)]
 
 
-def marlin_rows(dev) -> list[dict]:
+def marlin_rows(dev, gemms=MARLIN_GEMMS, moes=MARLIN_MOES, tokens=TOKENS) -> list[dict]:
     from vllm.model_executor.layers.fused_moe.experts.marlin_moe import fused_marlin_moe
     from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
     from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import (
@@ -227,44 +227,48 @@ def marlin_rows(dev) -> list[dict]:
     from vllm.scalar_type import scalar_types
     rows = []
     workspace = marlin_make_workspace_new(dev)
-    for model, layer, n, k in MARLIN_GEMMS:
+    for model, layer, n, k in gemms:
         _, qw, scales, gscale = rand_marlin_weight_nvfp4_like(torch.randn(n, k, device=dev, dtype=torch.bfloat16), 16)
-        for m in TOKENS:
+        for m in tokens:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             ms = timed(lambda: apply_fp4_marlin_linear(x, qw, scales, gscale, workspace, n, k))
             rows.append({"kind": "gemm", "format": "nvfp4-marlin", "impl": "marlin_gemm (fp4 weights, bf16 MMA)",
                          "model": model, "layer": layer, "n": n, "k": k, "m": m, "ms": ms, "wall_ms": LAST_WALL_MS,
                          "flops": 2.0 * m * n * k})
-    try:
-        rows += _marlin_moe_rows(dev, fused_marlin_moe, rand_marlin_weight_nvfp4_like, scalar_types,
-                                 marlin_make_workspace_new(dev, 4))  # the MoE kernel's 4 blocks an SM
-    except Exception as exc:
-        rows.append({"kind": "moe", "format": "nvfp4-marlin", "error": f"{type(exc).__name__}: {exc}"[:300]})
+    for shape in moes:  # each on its own: a shape the kernel refuses is one error row, not the others lost
+        try:
+            rows += _marlin_moe_rows(dev, fused_marlin_moe, rand_marlin_weight_nvfp4_like, scalar_types,
+                                     marlin_make_workspace_new(dev, 4), shape, tokens)  # the MoE kernel's 4 blocks an SM
+        except Exception as exc:  # e.g. gpt-oss's 2880-wide experts at M = 4: no thread config (2026-11-28, H200)
+            rows.append({"kind": "moe", "format": "nvfp4-marlin", "model": shape[0],
+                         "error": f"{type(exc).__name__}: {exc}"[:300]})
+        torch.cuda.empty_cache()
     return rows
 
 
-def _marlin_moe_rows(dev, fused_marlin_moe, rand_marlin_weight_nvfp4_like, scalar_types, workspace) -> list[dict]:
+def _marlin_moe_rows(dev, fused_marlin_moe, rand_marlin_weight_nvfp4_like, scalar_types, workspace, shape,
+                     tokens) -> list[dict]:
     rows = []
-    for model, e, top, h, inter in MARLIN_MOES:
-        packed = {1: [], 2: []}
-        for _ in range(e):
-            packed[1].append(rand_marlin_weight_nvfp4_like(torch.randn(2 * inter, h, device=dev, dtype=torch.bfloat16), 16))
-            packed[2].append(rand_marlin_weight_nvfp4_like(torch.randn(h, inter, device=dev, dtype=torch.bfloat16), 16))
-        w1, w2 = (torch.stack([p[1] for p in packed[i]]) for i in (1, 2))
-        s1, s2 = (torch.stack([p[2] for p in packed[i]]) for i in (1, 2))
-        g1, g2 = (torch.stack([p[3].reshape(()) for p in packed[i]]) for i in (1, 2))
-        del packed
-        params = e * 3 * h * inter
-        for m in TOKENS:
-            x = torch.randn(m, h, device=dev, dtype=torch.bfloat16)
-            ids = torch.stack([torch.randperm(e, device=dev)[:top] for _ in range(m)]).to(torch.int32)
-            weights = torch.rand(m, top, device=dev, dtype=torch.float32)
-            ms = timed(lambda: fused_marlin_moe(x, w1, w2, None, None, s1, s2, weights, ids,
-                                                scalar_types.float4_e2m1f.id, global_num_experts=e,
-                                                global_scale1=g1, global_scale2=g2, workspace=workspace))
-            rows.append({"kind": "moe", "format": "nvfp4-marlin", "impl": "fused_marlin_moe (fp4 weights, bf16 MMA)",
-                         "model": model, "experts": e, "top_k": top, "hidden": h, "intermediate": inter, "m": m,
-                         "ms": ms, "wall_ms": LAST_WALL_MS, "flops": 2.0 * params * top / e * m})
+    model, e, top, h, inter = shape
+    packed = {1: [], 2: []}
+    for _ in range(e):
+        packed[1].append(rand_marlin_weight_nvfp4_like(torch.randn(2 * inter, h, device=dev, dtype=torch.bfloat16), 16))
+        packed[2].append(rand_marlin_weight_nvfp4_like(torch.randn(h, inter, device=dev, dtype=torch.bfloat16), 16))
+    w1, w2 = (torch.stack([p[1] for p in packed[i]]) for i in (1, 2))
+    s1, s2 = (torch.stack([p[2] for p in packed[i]]) for i in (1, 2))
+    g1, g2 = (torch.stack([p[3].reshape(()) for p in packed[i]]) for i in (1, 2))
+    del packed
+    params = e * 3 * h * inter
+    for m in tokens:
+        x = torch.randn(m, h, device=dev, dtype=torch.bfloat16)
+        ids = torch.stack([torch.randperm(e, device=dev)[:top] for _ in range(m)]).to(torch.int32)
+        weights = torch.rand(m, top, device=dev, dtype=torch.float32)
+        ms = timed(lambda: fused_marlin_moe(x, w1, w2, None, None, s1, s2, weights, ids,
+                                            scalar_types.float4_e2m1f.id, global_num_experts=e,
+                                            global_scale1=g1, global_scale2=g2, workspace=workspace))
+        rows.append({"kind": "moe", "format": "nvfp4-marlin", "impl": "fused_marlin_moe (fp4 weights, bf16 MMA)",
+                     "model": model, "experts": e, "top_k": top, "hidden": h, "intermediate": inter, "m": m,
+                     "ms": ms, "wall_ms": LAST_WALL_MS, "flops": 2.0 * params * top / e * m})
     return rows
 
 
