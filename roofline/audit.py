@@ -151,6 +151,7 @@ class AuditResult:
             "eager_band": band_json(self.band(graphs=False)),
             "efficiency": {"value": hw.efficiency, "kind": hw.efficiency_kind, "source": hw.efficiency_source},
             "step": self.step.to_json(),
+            "attention": self.step.attention_json(),
             "memory": {"weights_gb": weights_gb, "usable_gb": hw.usable_memory_gb,
                        "fits": weights_gb <= hw.usable_memory_gb},
             "modules": [

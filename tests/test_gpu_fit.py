@@ -114,7 +114,8 @@ def test_price_step_is_the_fitted_model(fitted):
         backend = next((b for b in backends_for(inventory.main_format(), hardware) if b.name == row.backend), None)
         step = price_step(inventory, hardware, StepConfig(batch=row.batch, context=row.context, backend=backend,
                                                           graphs=row.mode == "graphs", routing=row.routing,
-                                                          kv_cache_dtype=row.kv_cache_dtype))
+                                                          kv_cache_dtype=row.kv_cache_dtype,
+                                                          attention_backend=row.attention_backend))
         assert step.step_ms == pytest.approx(model.predict_ms(row), rel=1e-6), row.case
         checked += 1
     assert checked >= 40 and any(r.architecture == "gpt_oss" and r.mode == "eager" for r in rows)

@@ -4,6 +4,9 @@ whether those times carry to a real engine's step (the same directory's Qwen3-8B
 Triton's attention and on FlashAttention 3).
 
     python3 benchmarks/gpu_vllm/decode_rates.py            (prints the tables; --json writes decode_rates.json)
+    python3 benchmarks/gpu_vllm/decode_rates.py --table    (also writes roofline/data/attention_kernels.toml, the
+                                                             attention kernels' times the step model prices; --check:
+                                                             exit 1 if that file is not what the runs give)
 
 Tables:
 - attention: the KV bytes a call reads over its kernels' device time, by backend, head width and KV dtype: at one
@@ -22,7 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "vllm_h200_decode_kernels"
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "benchmarks" / "results" / "vllm_h200_decode_kernels"
+KERNEL_TABLE = REPO / "roofline" / "data" / "attention_kernels.toml"
+# the kernels' names in the runs -> vLLM's backend (--attention-backend) and the FlashAttention version it ran
+BACKEND_OF = {"triton unified_attention": "TRITON_ATTN", "flash_attn_varlen fa3": "FLASH_ATTN"}
+# kernel rows the step model must not price with, and why: the harness's Triton call on an FP8 cache runs no faster
+# than on BF16, where vLLM's own steps on it run far faster (Qwen3-8B, 16 streams at 16k tokens: 15.2 ms against 20.1
+# on BF16, benchmarks/results/vllm_h200_attention/q8b-triton-fp8kv-ctx-graphs.json) and, for Gemma 4 31B at 5
+# streams of 1.5k tokens, far slower (44.3 ms against 19.8): the harness does not time what vLLM launches there
+NOT_PRICED = {("triton unified_attention", "fp8"): "the harness's FP8 Triton call is not what vLLM's steps run"}
 QWEN3_8B_LAYERS = 36
 ENGINE = {"triton unified_attention": "q8b-triton-ctx-graphs.json", "flash_attn_varlen fa3": "q8b-fa3-ctx-graphs.json"}
 
@@ -89,10 +101,63 @@ def summarize() -> dict:
             "engine": engine_table(data), "moe": moe_table(data)}
 
 
+def kernel_table(data: list[dict]) -> str:
+    """roofline/data/attention_kernels.toml: each measured attention layout's kernel time (us) by backend and KV
+    dtype on a grid of sequences x context (nan: not measured, more KV than the sweep allowed)."""
+    attention = [r for r in data if r["kind"] == "attention"]
+    meta = json.loads((RESULTS / "decode_kernels.json").read_text())
+    lines = ["# Written by benchmarks/gpu_vllm/decode_rates.py --table from the runs below; do not edit.",
+             "# vLLM 0.26's paged decode attention kernels timed one by one (torch's profiler, device time): one query",
+             "# token per sequence, every sequence at `context` tokens, KV blocks of 16 in a random order. The step",
+             "# model (roofline/predict/attention.py) prices a backend's and KV dtype's kernel time against these.",
+             "", f'device = "{meta["device"]}"', 'hardware = "h200"', 'compute_capability = "9.0"',
+             f'sms = {meta["sms"]}', f'vllm = "{meta["vllm"]}"', 'kind = "measured"',
+             'command = "bash benchmarks/gpu_vllm/run_probe.sh decode-kernels --only attention,weights"',
+             'source = "benchmarks/results/vllm_h200_decode_kernels/decode_kernels.json (benchmarks/RESULTS-gpu.md, '
+             '2026-11-28, fourth session)"',
+             "# left out (unpriced: the step model says so): "
+             + "; ".join(f"{BACKEND_OF[i]}/{d}, {why}" for (i, d), why in NOT_PRICED.items()), ""]
+    layouts = sorted({(r["model"], r["q_heads"], r["kv_heads"], r["head_dim"], r["window"], r["sinks"])
+                      for r in attention})
+    for model, hq, hkv, d, window, sinks in layouts:
+        mine = [r for r in attention if r["model"] == model]
+        batches = sorted({r["batch"] for r in mine})
+        contexts = sorted({r["context"] for r in mine})
+        lines += ["[[layout]]", f'name = "{model}"', f"q_heads = {hq}", f"kv_heads = {hkv}", f"head_dim = {d}",
+                  f"window = {window}", f"sinks = {str(sinks).lower()}", f"batches = {batches}",
+                  f"contexts = {contexts}", "[layout.us]  # by context (rows), then sequences (columns)"]
+        for impl, backend in BACKEND_OF.items():
+            for dtype in ("bf16", "fp8"):
+                if (impl, dtype) in NOT_PRICED:
+                    continue
+                times = {(r["batch"], r["context"]): r["ms"] * 1e3 for r in mine
+                         if r["impl"] == impl and r["kv_dtype"] == dtype}
+                if not times:
+                    continue
+                grid = ", ".join("[" + ", ".join(f"{times[(b, c)]:.2f}" if (b, c) in times else "nan"
+                                                 for b in batches) + "]" for c in contexts)
+                lines.append(f'"{backend}/{dtype}" = [{grid}]')
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="write decode_rates.json beside the results")
+    parser.add_argument("--table", action="store_true", help="write roofline/data/attention_kernels.toml")
+    parser.add_argument("--check", action="store_true", help="exit 1 if attention_kernels.toml is stale")
     args = parser.parse_args()
+    if args.check or args.table:
+        text = kernel_table(rows())
+        if args.check:
+            stale = not KERNEL_TABLE.exists() or KERNEL_TABLE.read_text() != text
+            print(f"{KERNEL_TABLE.relative_to(REPO)}: {'stale' if stale else 'up to date'}")
+            return 1 if stale else 0
+        tmp = KERNEL_TABLE.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(KERNEL_TABLE)
+        print(f"wrote {KERNEL_TABLE.relative_to(REPO)}")
+        return 0
     summary = summarize()
     print(f"decode kernels on {', '.join(summary['device'])} (device time under torch's profiler)\n")
     print("| kernel | KV | shape (kv heads x head dim, window) | one sequence: context, us, GB/s | most KV: batch x context, us, GB/s |")

@@ -74,7 +74,13 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # on FlashAttention 3 (BF16 and FP8 KV); an NVFP4 MoE and gpt-oss on Marlin (GB10's path), profiled
          **{f"{name}-1128e": f"vllm_h200_decode_kernels/{name}.json"
             for name in ("q8b-triton-ctx-graphs", "q8b-fa3-ctx-graphs", "q8b-fa3-fp8kv-ctx-graphs",
-                         "q30b8l-nvfp4-graphs-prof", "gptoss20b-marlin-graphs-prof")}}
+                         "q30b8l-nvfp4-graphs-prof", "gptoss20b-marlin-graphs-prof")},
+         # an eighth: the attention backends and KV dtypes priced from the kernels above, checked in real steps: Qwen3-8B
+         # on Triton with an FP8 cache, an MoE with FlashAttention 3 on FP8, Gemma 4 31B on an FP8 cache (vLLM's
+         # choice: Triton), gpt-oss-20b on Triton and on FlashAttention 3 at 4k and 16k tokens
+         **{f"{name}-1128f": f"vllm_h200_attention/{name}.json"
+            for name in ("q8b-triton-fp8kv-ctx-graphs", "q30b8l-fp8kv-ctx-graphs", "gemma4-31b-fp8kv-graphs",
+                         "gptoss20b-triton-ctx-graphs", "gptoss20b-fa3-ctx-graphs")}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 # decode rows that are not one step of their batch, with why: (case, batch, context) -> reason
@@ -115,7 +121,8 @@ def load_rows() -> list[Row]:
     return [row for path, result, inventory, routing in results()
             for row in rows_for(result, inventory, hardware, case_of(path), routing,
                                 StepConfig(backend=ran_backend(result, inventory, hardware),
-                                           kv_cache_dtype=result.get("kv_cache_dtype") or "auto"))
+                                           kv_cache_dtype=result.get("kv_cache_dtype") or "auto",
+                                           attention_backend=ran_attention(result)))
             if (row.case, row.batch, row.context) not in NOT_A_STEP]
 
 
@@ -126,6 +133,13 @@ def ran_backend(result: dict, inventory, hardware):
 
     named = result.get("moe_backend") or next(iter(re.findall(r"--moe-backend[= ](\S+)", result["command"])), None)
     return backend_named(inventory.main_format(), named, hardware) if named else None
+
+
+def ran_attention(result: dict) -> str | None:
+    """The attention backend a run named (--attention-backend; a result from before the probe recorded it names
+    it in its command only), else None: vLLM's choice (predict/attention.py)."""
+    return result.get("attention_backend") or next(iter(re.findall(r"--attention-backend[= ](\S+)",
+                                                                    result["command"])), None)
 
 
 def case_of(path: Path) -> str:

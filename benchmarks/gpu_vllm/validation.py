@@ -70,8 +70,10 @@ def layouts_of(config: str) -> list[str]:
 
 
 def kv_note(row) -> str:
-    """A run's KV cache dtype where it set one (--kv-cache-dtype), beside the weights' format."""
-    return "" if row.kv_cache_dtype == "auto" else f", {row.kv_cache_dtype} KV"
+    """A run's KV cache dtype and attention backend where it set them (--kv-cache-dtype, --attention-backend),
+    beside the weights' format."""
+    return ("" if row.kv_cache_dtype == "auto" else f", {row.kv_cache_dtype} KV") \
+        + (f", {row.attention_backend}" if row.attention_backend else "")
 
 
 def format_of(config: str, quantization: str | None) -> str:

@@ -80,6 +80,7 @@ class Request:
     acceptance_rate: float = 0.7  # per draft token (roofline.predict.speculation converts vLLM's figure)
     draft_method: str = "mtp"  # --speculative-config's method: what a draft reads and launches (predict/drafting)
     drafter: object = None  # roofline.predict.drafting.DraftReads of a draft checkpoint; None: by method
+    attention_backend: str | None = None  # --attention-backend; None: vLLM's choice (predict/attention.py)
 
 
 @dataclass
@@ -512,6 +513,8 @@ def _parallel(inventory: Inventory, hardware: Hardware, request: Request,
     mode["async_scheduling"] = request.async_scheduling is not False
     if request.backend is not None:
         mode["backend"] = request.backend
+    if request.attention_backend is not None:
+        mode["attention_backend"] = request.attention_backend
     if request.speculative_tokens:
         mode |= {"speculative_tokens": request.speculative_tokens, "acceptance_rate": request.acceptance_rate,
                  "draft_method": request.draft_method, "drafter": request.drafter}

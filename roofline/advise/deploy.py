@@ -121,6 +121,7 @@ def capacity_request(deployment: Deployment, inventory: Inventory, hardware: Har
                    gpus=gpus, boxes=boxes, network=network, pp=deployment.pp, dp=deployment.dp,
                    expert_parallel=deployment.expert_parallel,
                    backend=backend(deployment, deployed, hardware),
+                   attention_backend=deployment.attention_backend,
                    speculative_tokens=deployment.speculative_tokens, acceptance_rate=acceptance_rate,
                    draft_method=deployment.draft_method,
                    drafter=drafter_of(deployment, inventory),

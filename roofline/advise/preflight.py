@@ -105,7 +105,7 @@ class Preflight:
             out["audit"] = {key: audit[key] for key in (
                 "weight_bytes", "bytes_per_token", "weight_bytes_per_token", "kv_bytes_per_token",
                 "state_bytes_per_token", "ceiling_tok_s", "expected_tok_s", "expected_band", "residuals",
-                "scenario", "quantization")}
+                "scenario", "quantization", "attention")}
             out["capacity"] = p.capacity.to_json()
             out["first_token"] = out["capacity"]["first_token"]
             out["one_stream"] = p.one.to_json()

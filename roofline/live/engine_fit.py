@@ -63,6 +63,9 @@ class Row:
     family: str = "dense"  # dense | moe | hybrid (roofline.predict.bands.model_family)
     host_floor_s: float = 0.0  # the engine's host time per step (launch.toml [step_host], not fitted here)
     kv_cache_dtype: str = "auto"  # the run's --kv-cache-dtype, as priced
+    attention_backend: str | None = None  # the run's --attention-backend, as priced (None: vLLM's choice)
+    # the attention backend's decode kernels beyond the KV at the bandwidth, per segment (measured, not fitted)
+    attention_kernel_s: list[float] = field(default_factory=list)
 
     def graphs_s(self, efficiency: float, floor_us: float, utilization: float,
                  weight_gbps: float | None = None, gemm_utilization: float | None = None) -> float:
@@ -78,10 +81,15 @@ class Row:
         rate = weight_gbps or self.weight_gbps
         scale = efficiency if rate is None else min(efficiency, rate / self.full_gbps)
         backend_utilization = gemm_utilization or self.gemm_utilization or utilization
-        return sum(max((m - w) / efficiency + w / scale, (c - b) / utilization + b / backend_utilization)
-                   for m, w, c, b in zip(self.memory_at_full_s, self.backend_weights_at_full_s, self.compute_s,
-                                         self.backend_compute_s or [0.0] * len(self.compute_s))) \
+        return sum(max((m - w) / efficiency + w / scale + a, (c - b) / utilization + b / backend_utilization)
+                   for m, w, c, b, a in zip(self.memory_at_full_s, self.backend_weights_at_full_s, self.compute_s,
+                                            self.backend_compute_s or [0.0] * len(self.compute_s),
+                                            self.attention_s)) \
             + self.kernels * floor_us * 1e-6
+
+    @property
+    def attention_s(self) -> list[float]:
+        return self.attention_kernel_s or [0.0] * len(self.memory_at_full_s)
 
     def eager_s(self, efficiency: float, floor_us: float, utilization: float, host_us: float, moe_equiv: float,
                 mamba_equiv: float, extra_equiv: float | None = None) -> float:
@@ -125,7 +133,9 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
             backend_gemms=sum(c.gemms for c in step.profile.counts
                               if c.gemms and c.backend == (step.backend.linear_backend or "cublas")),
             moe_layers=moe_layers, mamba_layers=recurrent.count("mamba"), family=model_family(inventory),
-            host_floor_s=step.main.host_s, kv_cache_dtype=base.kv_cache_dtype))
+            host_floor_s=step.main.host_s, kv_cache_dtype=base.kv_cache_dtype,
+            attention_backend=base.attention_backend,
+            attention_kernel_s=[s.attention_kernel_s for s in segments]))
     return rows
 
 
@@ -143,7 +153,8 @@ UTILIZATIONS = np.arange(10, 101, 2) / 100
 def _device_s(row: Row, floors_us: np.ndarray, utilizations: np.ndarray,
               efficiencies: np.ndarray = EFFICIENCIES) -> np.ndarray:
     """The graph step over the grid: [efficiency, floor, utilization]."""
-    memory = np.asarray(row.memory_at_full_s)[:, None, None] / efficiencies[None, :, None]
+    memory = np.asarray(row.memory_at_full_s)[:, None, None] / efficiencies[None, :, None] \
+        + np.asarray(row.attention_s)[:, None, None]
     compute = np.asarray(row.compute_s)[:, None, None] / utilizations[None, None, :]
     roofs = np.maximum(memory, compute).sum(axis=0)  # [efficiency, utilization]
     return np.maximum(roofs[:, None, :] + row.kernels * floors_us[None, :, None] * 1e-6, row.host_floor_s)

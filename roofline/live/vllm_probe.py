@@ -427,6 +427,7 @@ def main() -> int:
         "speculative_runs": spec_runs,
         "additional_config": json.loads(args.additional_config) if args.additional_config else None,
         "moe_backend": args.moe_backend,
+        "attention_backend": args.attention_backend,
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
     }
     with open(args.out, "w") as fh:

@@ -751,6 +751,14 @@ def refusals(deployment: Deployment, inventory: Inventory, hardware: Hardware,
             _scheme_refusal(inventory, name, kind) if by_flag else None)
         if reason:
             out.append(reason)
+    if deployment.attention_backend:
+        from .attention import refusal as attention_refusal
+        from .traffic import Scenario, kv_dtype_and_bytes
+
+        kv_dtype, _ = kv_dtype_and_bytes(inventory, Scenario(kv_cache_dtype=deployment.kv_cache_dtype))
+        reason = attention_refusal(inventory, hardware, kv_dtype, deployment.attention_backend)
+        if reason:
+            out.append(reason)
     from roofline.model.limits import max_positions
 
     from .scheduler_config import scheduler_refusals, scheduler_settings
@@ -890,7 +898,8 @@ def step_config(deployment: Deployment, inventory: Inventory, hardware: Hardware
                       draft_method=spec.method if spec else "mtp", drafter=drafter_of(deployment, inventory),
                       capture_tokens=capture_tokens(deployment, hardware, inventory.shape.architecture),
                       cudagraph_mode=deployment.cudagraph_mode or "full_and_piecewise",
-                      async_scheduling=deployment.async_scheduling is not False)
+                      async_scheduling=deployment.async_scheduling is not False,
+                      attention_backend=deployment.attention_backend)
 
 
 def drafter_of(deployment: Deployment, inventory: Inventory):

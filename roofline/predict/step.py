@@ -13,6 +13,8 @@ lm_head, MTP head and the step's own kernels on the last), and every segment cos
                ranks that share it (roofline/predict/topology.py), + an emulated kernel's BF16 copy;
                the weights of a weight-only kernel that streams them slower than that (Marlin /
                Machete on Hopper: Backend.weight_gbps) at its own rate instead
+             + what the attention backend's decode kernels take beyond the KV at that bandwidth (vLLM's choice
+               or --attention-backend, by the kernels timed on an H200: predict/attention.py; 0 where unmeasured)
     compute  = 2 x active params x tokens / (tensor throughput of the format's compute x utilization,
                a weight-only backend's own share for its GEMMs: Backend.gemm_utilization)
                + attention over the context
@@ -42,6 +44,8 @@ from roofline.model.formats import formats, get_format
 from roofline.model.inventory import Inventory
 from roofline.model.roles import role_properties
 
+from .attention import AttentionChoice, choose as choose_attention, kernels_source as attention_source, \
+    layer_us as attention_layer_us, layouts_of
 from .backends import Backend, default_backend
 from .bands import model_family
 from .hardware import Hardware
@@ -119,6 +123,7 @@ class StepConfig:
     # vLLM's async scheduling (its default on GPUs): the host forms the next step while the GPU runs this one, so
     # a graph step takes the longer of the two; off (--no-async-scheduling), the host's time adds to the GPU's
     async_scheduling: bool = True
+    attention_backend: str | None = None  # --attention-backend (None: vLLM's choice here, predict/attention.py)
 
     def scenario(self, batch: int) -> Scenario:
         return Scenario(batch=batch, context=self.context, kv_cache_dtype=self.kv_cache_dtype,
@@ -186,6 +191,8 @@ class Segment:
     # a step larger than vLLM's CUDA-graph capture: its compiled kernels launched one by one from the host
     uncaptured_host_s: float | None = None
     scan_host_s: float = 0.0  # a prompt's recurrent layers: the host's time launching their chunked scans
+    # the attention backend's decode kernels beyond the KV bytes at the bandwidth (predict/attention.py; in memory_s)
+    attention_kernel_s: float = 0.0
 
     @property
     def bytes(self) -> float:
@@ -312,12 +319,21 @@ class StepTime:
     costs: LaunchCosts
     coefficients: list[Coefficient]
     family_relative: float = 1.0  # Hardware.family_efficiency of the model's family
+    attention: AttentionChoice | None = None  # the attention backend priced (predict/attention.py)
 
     @property
     def datasheet_gbps(self) -> float:
         """The bandwidth memory_at_datasheet_s prices at: the datasheet's x the backend's relative efficiency
         x the family's (Hardware.family_efficiency)."""
         return self.hardware.bandwidth_gbps * self.relative
+
+    def attention_json(self) -> dict | None:
+        """The attention backend priced, and what its decode kernels add to the busiest replica's step beyond the
+        KV cache at the bandwidth (measured kernels only; 0 where unmeasured)."""
+        if self.attention is None:
+            return None
+        extra = sum(s.attention_kernel_s for s in self.main.segments)
+        return self.attention.to_json() | {"label": self.attention.label, "kernels_ms_per_step": extra * 1e3}
 
     # ---------------------------------------------------------------- tok/s
     def aggregate_tok_s(self, graphs: bool | None = None) -> float:
@@ -362,9 +378,9 @@ class StepTime:
         total, periods = 0.0, []
         for batch in self.replica_batches:
             step = self.replicas[batch]
-            memory = [s.memory_at_datasheet_s / efficiency if rate is None else
-                      (s.bytes - s.backend_weight_bytes) / bandwidth + s.backend_weight_bytes / rate
-                      for s in step.segments]
+            memory = [(s.memory_at_datasheet_s / efficiency if rate is None else
+                       (s.bytes - s.backend_weight_bytes) / bandwidth + s.backend_weight_bytes / rate)
+                      + s.attention_kernel_s for s in step.segments]
             index = iter(memory)
             stages = [sum(s.seconds(graphs, next(index)) for s in stage) for stage in step.stages]
             hand = step.handoff.seconds_each if step.handoff else 0.0
@@ -517,6 +533,7 @@ class StepTime:
             "kernel_counts": self.profile.origin,
             "collectives": [c.to_json() for c in self.collectives],
             "coefficients": [c.to_json() for c in self.coefficients],
+            "attention": self.attention_json(),
         }
 
 
@@ -582,8 +599,9 @@ def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = St
     if family in hardware.family_efficiency:
         coefficients.insert(2, Coefficient("family_relative_efficiency", family_relative, f"x efficiency ({family})",
                                            hardware.efficiency_kind, hardware.family_efficiency_source))
+    coefficients.append(_attention_coefficient(terms.attention, replicas[max(batches)]))
     step = StepTime(config, hardware, backend, placement, batches, replicas, profile, costs, coefficients,
-                    family_relative)
+                    family_relative, terms.attention)
     if step.main.period_s(config.graphs) <= 0:
         raise RooflineError("nothing to time: no bytes and no kernels per step")
     return step
@@ -709,6 +727,7 @@ class _SegmentTerms:
     eager_kernels: float = 0.0
     host_equiv: float = 0.0
     attention_layers: int = 0
+    attention_layouts: tuple = ()  # (attention.Layout, ...) of its softmax-attention layer, on one rank
     collectives: list = field(default_factory=list)  # [(group, kind, where, bytes per token in, link, factor)]
 
 
@@ -737,6 +756,7 @@ class _Terms:
     weight_only: bool  # the backend dequantizes weights (Marlin / Machete): its prompt GEMMs at weight_only's share
     efficiency: float  # the hardware's (what memory_at_datasheet_s is scaled back by)
     placement: Placement
+    attention: AttentionChoice  # the attention backend vLLM runs, whose decode kernels price each layer's
 
 
 def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topology: Topology, placement: Placement,
@@ -810,7 +830,9 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
                 flops.backend_s += at_peak
             else:
                 flops.other[compute] = flops.other.get(compute, 0.0) + at_peak
-    _, kv_bytes = kv_dtype_and_bytes(inventory, config.scenario(1))
+    kv_dtype, kv_bytes = kv_dtype_and_bytes(inventory, config.scenario(1))
+    attention = choose_attention(inventory, hardware, kv_dtype, config.attention_backend)
+    layouts = layouts_of(inventory, kv_ranks)
     attention_flops = load_table("rules")["compute"]["attention_flops_per_head_dim"]
     q_heads = config_int(text_config(inventory.config), "num_attention_heads")
     bf16_peak = _tflops(hardware, "bf16") * 1e12
@@ -821,6 +843,8 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
         target.head_dim = layer.head_dim
         target.attention_s += attention_flops * q_heads * layer.head_dim / topology.tp / bf16_peak
         target.attention_layers += 1
+        if layer.layer in layouts:
+            target.attention_layouts += (layouts[layer.layer],)
     state_bytes = dtype_bytes(shape.state_dtype)
     for layer, per_sequence in state_bytes_by_layer(inventory).items():
         segment(layer, False).state_bytes += per_sequence / topology.tp
@@ -856,7 +880,8 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
                   piecewise_host_launches=piecewise_launches_per_attention_layer(),
                   dequant_bytes_per_weight=dequant, backend_compute=backend.compute, backend_format=backend.format,
                   routed_share=shape.experts_per_token / shape.num_experts if shape.num_experts else 0.0,
-                  weight_only=backend.weight_only, efficiency=hardware.efficiency, placement=placement)
+                  weight_only=backend.weight_only, efficiency=hardware.efficiency, placement=placement,
+                  attention=attention)
 
 
 def drafter_reads(inventory: Inventory, config: StepConfig, ranks: int) -> DraftReads:
@@ -1046,6 +1071,11 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
         seg.backend_weights_at_datasheet_s = seg.backend_weight_bytes / terms.bandwidth * terms.efficiency
         seg.memory_s = seg.bytes / terms.bandwidth if terms.weight_rate is None else \
             (seg.bytes - seg.backend_weight_bytes) / terms.bandwidth + seg.backend_weight_bytes / terms.weight_rate
+        if t.attention_layouts and micro:  # the backend's decode kernels, beyond the KV at the bandwidth
+            extra = sum(attention_layer_us(terms.attention, layout, micro, config.context)
+                        for layout in t.attention_layouts) * 1e-6
+            seg.attention_kernel_s = max(extra, -seg.kv_bytes / terms.bandwidth)
+            seg.memory_s += seg.attention_kernel_s
         seg.floor_s = seg.kernels * terms.floor_us * 1e-6
         if uncaptured:  # no graph of this size: the compiled kernels launched one by one
             seg.uncaptured_host_s = seg.kernels * terms.uncaptured_us * 1e-6
@@ -1068,6 +1098,19 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
     host_s = micro_batches * terms.step_host.step_host_s(micro + len(chunks))
     return ReplicaStep(batch, micro_batches, micro, tokens_per_sequence, stages, handoff, None, host_s,
                        config.async_scheduling)
+
+
+def _attention_coefficient(choice: AttentionChoice, replica: ReplicaStep) -> Coefficient:
+    """The attention backend's decode kernels beyond the KV bytes at the bandwidth, over the step's layers."""
+    extra_us = sum(s.attention_kernel_s for s in replica.segments) * 1e6
+    unit = f"us per step beyond the KV at the bandwidth ({choice.label}, {choice.kv_dtype} KV)"
+    if choice.measured:
+        return Coefficient("attention_kernels", extra_us, unit, "measured",
+                           f"vLLM's decode kernels timed on an H200, scaled by bandwidth ({choice.reason}): "
+                           f"{attention_source()}")
+    return Coefficient("attention_kernels", 0.0, unit, "estimate",
+                       f"{choice.label}'s decode kernels with a {choice.kv_dtype} cache are unmeasured on this GPU: "
+                       f"its KV priced at the device's bandwidth ({choice.reason})")
 
 
 def _tensor_coefficient(hardware: Hardware, compute: str) -> Coefficient:

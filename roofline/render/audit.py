@@ -7,7 +7,7 @@ from roofline.predict.bands import band_short, band_text, spread
 from roofline.predict.speculation import vllm_acceptance_rate
 from roofline.units import human_bytes, milliseconds
 
-from .text import text_table
+from .text import attention_text, text_table
 
 
 def step_made_of(step) -> str:
@@ -15,8 +15,11 @@ def step_made_of(step) -> str:
     + launches 1.2 ms (484 kernels x 2.5 us, CUDA graphs)"."""
     b = step.breakdown()
     hw = step.hardware
-    parts = [f"memory {milliseconds(b.memory_time_s * 1e3)} at {step.achievable_bandwidth_gbps / hw.bandwidth_gbps:.2f} x "
-             f"{hw.bandwidth_gbps:g} GB/s"]
+    attention_s = sum(s.attention_kernel_s for s in step.main.segments)  # in the memory time (predict/attention.py)
+    parts = [f"memory {milliseconds((b.memory_time_s - attention_s) * 1e3)} at "
+             f"{step.achievable_bandwidth_gbps / hw.bandwidth_gbps:.2f} x {hw.bandwidth_gbps:g} GB/s"]
+    if attention_s:
+        parts.append(f"{step.attention.label}'s kernels {milliseconds(attention_s * 1e3)} beyond the KV at it")
     if b.compute_s > 0.005 * b.seconds:
         parts.append(f"compute {milliseconds(b.compute_s * 1e3)}")
     if b.launch_s > 0:
@@ -71,6 +74,7 @@ def render_audit(result: AuditResult, max_rows: int = 25) -> str:
         f"  expected             {result.expected_tok_s:.1f} tok/s"
         f"{' ' + band_short(result.band()) if result.band() else ''}  ({step_made_of(result.step)})",
         f"  validated            {band_text(result.band())}",
+        f"  attention            {attention_text(result.step.attention_json())}",
     ]
     ft = result.first_token
     if ft is not None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from roofline.units import human_bytes, milliseconds, plural
 
-from .text import terminal_width, text_table, wrapped
+from .text import attention_text, terminal_width, text_table, wrapped
 
 
 def _times(change: float | None) -> str:
@@ -74,6 +74,8 @@ def render_preflight(payload: dict) -> str:
         f"  TTFT                {milliseconds(cap['ttft_ms'])} for a {work['prompt_len']:,}-token prompt",
     ]
     lines += wrapped(f"validated: {band['text']}", width, "  ", "    ")
+    if audit.get("attention"):
+        lines += wrapped(f"attention: {attention_text(audit['attention'])}", width, "  ", "    ")
     residuals = audit["residuals"]
     if residuals:
         total = sum(r["bytes_per_token"] for r in residuals)

@@ -55,3 +55,14 @@ def wrapped(text: str, width: int | None, indent: str = "", hang: str = "  ") ->
         return [indent + text]
     return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent + hang,
                          break_on_hyphens=False) or [indent]
+
+
+def attention_text(attention: dict | None) -> str:
+    """One line on the attention backend a figure was priced with (StepTime.attention_json)."""
+    if not attention:
+        return "none priced"
+    head = f"{attention['label']}, {attention['kv_cache_dtype']} KV ({attention['reason']})"
+    if attention["kernels_measured"]:
+        return (f"{head}: its decode kernels as timed on an H200, {attention['kernels_ms_per_step']:+.2f} ms a step "
+                f"beyond the KV at the bandwidth")
+    return f"{head}: its decode kernels unmeasured here, the KV priced at the device's bandwidth"
