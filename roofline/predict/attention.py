@@ -88,6 +88,15 @@ def _supports(name: str, entry: dict, layouts: set[Layout], kv_dtype: str, major
     return None
 
 
+def _flash_version(flash: dict, major: int, widths: set[int]) -> int:
+    """FlashAttention's version vLLM runs here: the GPU's, moved to FA4 where FA4 runs for heads FA3 cannot take
+    and for every layer of a model of several head widths (fa_utils.get_flash_attn_version, Gemma4Config)."""
+    version = flash["versions"].get(str(major), flash["versions"]["default"])
+    if major in flash["fa4_cc_majors"] and (len(widths) > 1 or max(widths) > flash["max_head_dim"][str(version)]):
+        return 4
+    return version
+
+
 def layouts_of(inventory, kv_ranks: int = 1) -> dict[int, Layout]:
     """Each softmax-attention layer's layout on one rank (an MLA latent cache is not one of these kernels)."""
     sinks = (inventory.shape.model_type or "") in load_table("attention")["sinks"]["model_types"]
@@ -101,18 +110,15 @@ def choose(inventory, hardware: Hardware, kv_dtype: str, requested: str | None =
     table = load_table("attention")
     major, cc = _cc(hardware)
     layouts = set(layouts_of(inventory).values())
-    flash = table["backend"]["FLASH_ATTN"]
-    version = flash["versions"].get(str(major), flash["versions"]["default"])
     widths = {layout.head_dim for layout in layouts}
-    fa4 = major in flash["fa4_cc_majors"]
+    fa4 = major in table["backend"]["FLASH_ATTN"]["fa4_cc_majors"]
     if hardware.host == "cpu":
         return AttentionChoice("CPU_ATTN", None, "vLLM-CPU's attention", kv_dtype, False, 1.0)
     if not layouts:  # no softmax KV cache of K and V: MLA's latent (vLLM's MLA backends), or no attention at all
         return AttentionChoice("MLA" if inventory.shape.attention else "", None,
                                "a latent (MLA) cache: vLLM's MLA backends, unmeasured" if inventory.shape.attention
                                else "no attention layer", kv_dtype, False, 1.0)
-    if fa4 and (len(widths) > 1 or max(widths) > flash["max_head_dim"][str(version)]):
-        version = 4  # FA4 for heads FA3 cannot take, and for every layer of a model of several head widths
+    version = _flash_version(table["backend"]["FLASH_ATTN"], major, widths)
     if requested:
         backend, reason = requested, "--attention-backend"
     elif len(widths) > 1 and not fa4:  # Gemma 4 without FA4: one backend for every layer
@@ -147,13 +153,8 @@ def refusal(inventory, hardware: Hardware, kv_dtype: str, requested: str) -> str
     if entry is None or hardware.host == "cpu" or not layouts:
         return None
     major, cc = _cc(hardware)
-    version = None
-    if requested == "FLASH_ATTN":
-        flash = entry["versions"]
-        version = flash.get(str(major), flash["default"])
-        widths = {layout.head_dim for layout in layouts}
-        if major in entry["fa4_cc_majors"] and (len(widths) > 1 or max(widths) > entry["max_head_dim"][str(version)]):
-            version = 4
+    version = _flash_version(entry, major, {layout.head_dim for layout in layouts}) if requested == "FLASH_ATTN" \
+        else None
     why = _supports(requested, entry, layouts, kv_dtype, major, cc, version)
     return None if why is None else (f"--attention-backend {requested}: Selected backend {requested} is not valid "
                                      f"for this configuration. Reason: {why}")
