@@ -8,11 +8,17 @@ attention kernels reading a KV cache), measured on shapes, never fitted to a ste
 Rows as prefill_kernels.py's (its timer: the kernels' device time per call under torch's profiler, the wall time
 between CUDA events beside it), at the tokens of a decode step (M 1-32), each with the bytes it must read:
 - gemm / moe: the weights the call touches (a MoE's: the experts its tokens route to, uniform independent routing).
-- attention: paged decode attention as vLLM 0.26 launches it (one query a sequence, 16-token KV blocks), Triton's
-  unified attention (its 3D split-KV path below vLLM's sequence threshold, with the segment reduction) and
-  FlashAttention 3, BF16 and FP8 KV caches; the bytes are the KV the batch reads (window-capped).
+- attention: paged decode attention as vLLM 0.26 launches it (one query a sequence, 16-token KV blocks; 32 for a
+  Gemma 4 global layer, whose page vLLM unifies with its sliding layers'), Triton's unified attention (its 3D
+  split-KV path below vLLM's sequence threshold, with the segment reduction) and FlashAttention 3, BF16 and FP8 KV
+  caches; the bytes are the KV the batch reads (window-capped). Triton reads the cache as vLLM's backend lays it
+  out (K and V packed on the last axis of one (blocks, block, heads, 2 x head dim) tensor) and, with an FP8 cache,
+  takes the query in FP8 with the per-tensor scales, as vLLM's attention layer quantizes it for a CUDA Triton
+  backend (`Attention.query_quant`; the kernel's KV_QUANT_MODE 1 with an FP8 query: FP8 dots, 32-token tiles).
 """
 from __future__ import annotations
+
+import os
 
 import prefill_kernels as pk
 import torch
@@ -22,6 +28,13 @@ BATCHES = [1, 2, 4, 8, 16, 32, 64]
 CONTEXTS = [1024, 4096, 16384, 32768]
 MAX_KV_TOKENS = 1 << 20  # batch x context above this is skipped (memory and time)
 BLOCK = 16  # vLLM's KV block on CUDA
+# Gemma 4's global layers hold half the sliding layers' bytes a token: vLLM unifies the pages with 32-token blocks
+BLOCK_OF = {"gemma4-31b-global": 32, "gemma4-26b-global": 32}
+# Triton's 3D threshold is the model's (TritonAttentionMetadataBuilder: model_config.get_num_kv_heads, the config's
+# num_key_value_heads): a Gemma 4 global layer takes its sliding layers' count, not its own
+THRESHOLD_KV_HEADS = {"gemma4-31b-global": 16, "gemma4-26b-global": 8}
+# DECODE_ATTENTION_MODELS=a,b times only those layouts (a rerun of a few)
+ONLY_MODELS = [m for m in os.environ.get("DECODE_ATTENTION_MODELS", "").split(",") if m]
 # (model, query heads, kv heads, head dim, sliding window or 0, attention sinks)
 ATTENTION = [("qwen3-8b", 32, 8, 128, 0, False), ("qwen3-next", 16, 2, 256, 0, False),
              ("gemma4-31b-sliding", 32, 16, 256, 1024, False), ("gemma4-31b-global", 32, 4, 512, 0, False),
@@ -70,6 +83,7 @@ def _threshold_3d(kv_heads: int) -> int:
 
 def attention_rows(dev) -> list[dict]:
     from vllm.v1.attention.ops.triton_unified_attention import unified_attention
+    from vllm.v1.kv_cache_interface import get_kv_quant_mode
     try:
         from vllm.vllm_flash_attn import flash_attn_varlen_func
     except Exception:  # no FlashAttention build: Triton's rows alone
@@ -77,7 +91,9 @@ def attention_rows(dev) -> list[dict]:
     fp8 = torch.float8_e4m3fn
     rows = []
     for model, hq, hkv, d, window, sinks in ATTENTION:
-        threshold = _threshold_3d(hkv)
+        if ONLY_MODELS and model not in ONLY_MODELS:
+            continue
+        threshold = _threshold_3d(THRESHOLD_KV_HEADS.get(model, hkv))
         segments = 16
         segm_out = torch.empty(threshold, hq, segments, d, device=dev, dtype=torch.float32)
         segm_max = torch.empty(threshold, hq, segments, device=dev, dtype=torch.float32)
@@ -88,10 +104,12 @@ def attention_rows(dev) -> list[dict]:
             for batch in BATCHES:
                 if batch * ctx > MAX_KV_TOKENS:
                     continue
-                blocks_per_seq = -(-ctx // BLOCK)
+                block = BLOCK_OF.get(model, BLOCK)
+                blocks_per_seq = -(-ctx // block)
                 nblocks = batch * blocks_per_seq
-                kc = torch.randn(nblocks, BLOCK, hkv, d, device=dev, dtype=torch.bfloat16)
-                vc = torch.randn(nblocks, BLOCK, hkv, d, device=dev, dtype=torch.bfloat16)
+                kc = torch.randn(nblocks, block, hkv, d, device=dev, dtype=torch.bfloat16)
+                vc = torch.randn(nblocks, block, hkv, d, device=dev, dtype=torch.bfloat16)
+                packed = torch.cat([kc, vc], dim=-1)  # Triton's cache: K and V side by side, one tensor
                 bt = torch.randperm(nblocks, device=dev, dtype=torch.int32).reshape(batch, blocks_per_seq)
                 q = torch.randn(batch, hq, d, device=dev, dtype=torch.bfloat16)
                 out = torch.empty_like(q)
@@ -100,22 +118,29 @@ def attention_rows(dev) -> list[dict]:
                 span = min(ctx, window) if window else ctx
                 for kv_dtype in ("bf16", "fp8"):
                     k, v = (kc, vc) if kv_dtype == "bf16" else (kc.to(fp8), vc.to(fp8))
+                    tk, tv = (packed if kv_dtype == "bf16" else packed.to(fp8)).split(d, dim=-1)
                     scale = torch.ones(batch, hkv, device=dev, dtype=torch.float32)
+                    q_scale = torch.ones((), device=dev, dtype=torch.float32)
+                    tq = q if kv_dtype == "bf16" else (q / q_scale).to(fp8)
+                    tout = torch.empty_like(q)
                     kv_bytes = 2.0 * batch * span * hkv * d * (2 if kv_dtype == "bf16" else 1)
                     base = {"kind": "attention", "model": model, "q_heads": hq, "kv_heads": hkv, "head_dim": d,
                             "window": window, "sinks": sinks, "batch": batch, "context": ctx, "kv_dtype": kv_dtype,
                             "bytes": kv_bytes}
 
                     def triton():
-                        unified_attention(q=q, k=k, v=v, out=out, cu_seqlens_q=cu_q, max_seqlen_q=1, seqused_k=seqlens,
-                                          max_seqlen_k=ctx, softmax_scale=d ** -0.5, causal=True, window_size=ws,
-                                          block_table=bt, softcap=0.0, q_descale=None,
+                        unified_attention(q=tq, k=tk, v=tv, out=tout, cu_seqlens_q=cu_q, max_seqlen_q=1,
+                                          seqused_k=seqlens, max_seqlen_k=ctx, softmax_scale=d ** -0.5, causal=True,
+                                          window_size=ws, block_table=bt, softcap=0.0,
+                                          q_descale=None if kv_dtype == "bf16" else q_scale,
                                           k_descale=None if kv_dtype == "bf16" else scale,
                                           v_descale=None if kv_dtype == "bf16" else scale,
                                           seq_threshold_3D=threshold, num_par_softmax_segments=segments,
                                           softmax_segm_output=segm_out, softmax_segm_max=segm_max,
-                                          softmax_segm_expsum=segm_sum, sinks=sink)
-                    rows.append(_timed_row(triton, dict(base, impl="triton unified_attention",
+                                          softmax_segm_expsum=segm_sum, sinks=sink,
+                                          kv_quant_mode=get_kv_quant_mode("auto" if kv_dtype == "bf16" else "fp8"))
+                    rows.append(_timed_row(triton, dict(base, impl="triton unified_attention", block=block,
+                                                        kv_layout="packed", query=str(tq.dtype).removeprefix("torch."),
                                                         path="3d" if batch <= threshold else "2d")))
                     if flash_attn_varlen_func is None or d > 256:
                         continue
@@ -131,7 +156,7 @@ def attention_rows(dev) -> list[dict]:
                                                v_descale=None if kv_dtype == "bf16" else scale,
                                                s_aux=None if sink is None else sink.to(torch.bfloat16))
                     rows.append(_timed_row(flash, dict(base, impl="flash_attn_varlen fa3")))
-                del kc, vc
+                del kc, vc, packed
                 torch.cuda.empty_cache()
     return rows
 

@@ -1,7 +1,7 @@
 """What a decode step's kernels reach on the H200, from vLLM's own kernels timed one by one
-(benchmarks/gpu_vllm/decode_kernels.py -> benchmarks/results/vllm_h200_decode_kernels/decode_kernels*.json, SOURCES), and
-whether those times carry to a real engine's step (the same directory's Qwen3-8B runs with CUDA graphs on
-Triton's attention and on FlashAttention 3).
+(benchmarks/gpu_vllm/decode_kernels.py -> benchmarks/results/vllm_h200_decode_kernels/decode_kernels_weights.json and
+benchmarks/results/vllm_h200_triton_fp8/decode_kernels_*.json, SOURCES), and whether those times carry to a real
+engine's step (the first directory's Qwen3-8B runs with CUDA graphs on Triton's attention and on FlashAttention 3).
 
     python3 benchmarks/gpu_vllm/decode_rates.py            (prints the tables; --json writes decode_rates.json)
     python3 benchmarks/gpu_vllm/decode_rates.py --table    (also writes roofline/data/attention_kernels.toml, the
@@ -30,25 +30,27 @@ RESULTS = REPO / "benchmarks" / "results" / "vllm_h200_decode_kernels"
 KERNEL_TABLE = REPO / "roofline" / "data" / "attention_kernels.toml"
 # the kernels' names in the runs -> vLLM's backend (--attention-backend) and the FlashAttention version it ran
 BACKEND_OF = {"triton unified_attention": "TRITON_ATTN", "flash_attn_varlen fa3": "FLASH_ATTN"}
-# kernel rows the step model must not price with, and why: the harness's Triton call on an FP8 cache runs no faster
-# than on BF16, where vLLM's own steps on it run far faster (Qwen3-8B, 16 streams at 16k tokens: 15.2 ms against 20.1
-# on BF16, benchmarks/results/vllm_h200_attention/q8b-triton-fp8kv-ctx-graphs.json) and, for Gemma 4 31B at 5
-# streams of 1.5k tokens, far slower (44.3 ms against 19.8): the harness does not time what vLLM launches there
-NOT_PRICED = {("triton unified_attention", "fp8"): "the harness's FP8 Triton call is not what vLLM's steps run"}
 QWEN3_8B_LAYERS = 36
 ENGINE = {"triton unified_attention": "q8b-triton-ctx-graphs.json", "flash_attn_varlen fa3": "q8b-fa3-ctx-graphs.json"}
 
 
-# the attention rows of the first run; the GEMM and MoE rows of the second (the same start's rerun with each Marlin
-# MoE shape on its own: in the first, gpt-oss's shape, which the NVFP4 Marlin kernel refuses, ended the MoE rows)
-SOURCES = {"decode_kernels.json": {"attention"}, "decode_kernels_weights.json": {"gemm", "moe"}}
+TRITON_FP8 = REPO / "benchmarks" / "results" / "vllm_h200_triton_fp8"
+# each file's kinds of rows; a later file's rows of a layout replace an earlier one's. The attention rows: the sixth
+# session's sweep, Triton's call as vLLM's backend makes it (its packed K|V cache; with an FP8 cache the query in FP8,
+# KV_QUANT_MODE 1), then Gemma 4's global layers again at the model's 3D threshold (its sliding layers' KV heads).
+# The GEMM and MoE rows: the fourth session's rerun with each Marlin MoE shape on its own.
+SOURCES = ((TRITON_FP8 / "decode_kernels_attention.json", {"attention"}),
+           (TRITON_FP8 / "decode_kernels_gemma_global.json", {"attention"}),
+           (RESULTS / "decode_kernels_weights.json", {"gemm", "moe"}))
 
 
 def rows() -> list[dict]:
-    out = []
-    for name, kinds in SOURCES.items():
-        data = json.loads((RESULTS / name).read_text())
-        out += [dict(r, device=data["device"]) for r in data["rows"] if "ms" in r and r["kind"] in kinds]
+    out: list[dict] = []
+    for path, kinds in SOURCES:
+        data = json.loads(path.read_text())
+        mine = [dict(r, device=data["device"]) for r in data["rows"] if "ms" in r and r["kind"] in kinds]
+        replaced = {(r["kind"], r.get("model")) for r in mine}
+        out = [r for r in out if (r["kind"], r.get("model")) not in replaced] + mine
     return out
 
 
@@ -105,31 +107,35 @@ def kernel_table(data: list[dict]) -> str:
     """roofline/data/attention_kernels.toml: each measured attention layout's kernel time (us) by backend and KV
     dtype on a grid of sequences x context (nan: not measured, more KV than the sweep allowed)."""
     attention = [r for r in data if r["kind"] == "attention"]
-    meta = json.loads((RESULTS / "decode_kernels.json").read_text())
+    meta = json.loads(SOURCES[0][0].read_text())
     lines = ["# Written by benchmarks/gpu_vllm/decode_rates.py --table from the runs below; do not edit.",
              "# vLLM 0.26's paged decode attention kernels timed one by one (torch's profiler, device time): one query",
-             "# token per sequence, every sequence at `context` tokens, KV blocks of 16 in a random order. The step",
-             "# model (roofline/predict/attention.py) prices a backend's and KV dtype's kernel time against these.",
+             "# token per sequence, every sequence at `context` tokens, KV blocks of 16 (32 for a Gemma 4 global layer)",
+             "# in a random order; Triton's as vLLM's backend calls it (packed K|V cache, an FP8 query with an FP8",
+             "# cache, the model's 3D threshold). The step model (roofline/predict/attention.py) prices a backend's",
+             "# and KV dtype's kernel time against these.",
              "", f'device = "{meta["device"]}"', 'hardware = "h200"', 'compute_capability = "9.0"',
              f'sms = {meta["sms"]}', f'vllm = "{meta["vllm"]}"', 'kind = "measured"',
-             'command = "bash benchmarks/gpu_vllm/run_probe.sh decode-kernels --only attention,weights"',
-             'source = "benchmarks/results/vllm_h200_decode_kernels/decode_kernels.json (benchmarks/RESULTS-gpu.md, '
-             '2026-11-28, fourth session)"',
-             "# left out (unpriced: the step model says so): "
-             + "; ".join(f"{BACKEND_OF[i]}/{d}, {why}" for (i, d), why in NOT_PRICED.items()), ""]
+             'command = "bash benchmarks/gpu_vllm/run_probe.sh decode-kernels --only attention; '
+             'DECODE_ATTENTION_MODELS=gemma4-31b-global,gemma4-26b-global bash benchmarks/gpu_vllm/run_probe.sh '
+             'decode-kernels --only attention"',
+             'source = "benchmarks/results/vllm_h200_triton_fp8/decode_kernels_attention.json, '
+             'decode_kernels_gemma_global.json (benchmarks/RESULTS-gpu.md, 2026-11-28, sixth session)"', ""]
     layouts = sorted({(r["model"], r["q_heads"], r["kv_heads"], r["head_dim"], r["window"], r["sinks"])
                       for r in attention})
     for model, hq, hkv, d, window, sinks in layouts:
         mine = [r for r in attention if r["model"] == model]
         batches = sorted({r["batch"] for r in mine})
         contexts = sorted({r["context"] for r in mine})
+        three_d = [r["batch"] for r in mine if r.get("path") == "3d"]
         lines += ["[[layout]]", f'name = "{model}"', f"q_heads = {hq}", f"kv_heads = {hkv}", f"head_dim = {d}",
                   f"window = {window}", f"sinks = {str(sinks).lower()}", f"batches = {batches}",
-                  f"contexts = {contexts}", "[layout.us]  # by context (rows), then sequences (columns)"]
+                  f"contexts = {contexts}"]
+        if three_d:  # Triton's 3D (split-KV) path up to these sequences, its 2D path above
+            lines.append(f"triton_3d_max = {max(three_d)}")
+        lines.append("[layout.us]  # by context (rows), then sequences (columns)")
         for impl, backend in BACKEND_OF.items():
             for dtype in ("bf16", "fp8"):
-                if (impl, dtype) in NOT_PRICED:
-                    continue
                 times = {(r["batch"], r["context"]): r["ms"] * 1e3 for r in mine
                          if r["impl"] == impl and r["kv_dtype"] == dtype}
                 if not times:

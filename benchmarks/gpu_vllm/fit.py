@@ -80,7 +80,12 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # choice: Triton), gpt-oss-20b on Triton and on FlashAttention 3 at 4k and 16k tokens
          **{f"{name}-1128f": f"vllm_h200_attention/{name}.json"
             for name in ("q8b-triton-fp8kv-ctx-graphs", "q30b8l-fp8kv-ctx-graphs", "gemma4-31b-fp8kv-graphs",
-                         "gptoss20b-triton-ctx-graphs", "gptoss20b-fa3-ctx-graphs")}}
+                         "gptoss20b-triton-ctx-graphs", "gptoss20b-fa3-ctx-graphs")},
+         # a ninth: Triton on an FP8 cache as vLLM runs it (the kernel rows retimed), checked in real steps with each
+         # step's kernels profiled: Qwen3-8B, Gemma 4 31B (at 10 and again at 5 sequences at most: a decode batch
+         # padded past --max-num-seqs runs in piecewise graphs)
+         **{f"{name}-1128g": f"vllm_h200_triton_fp8/{name}.json"
+            for name in ("q8b-triton-fp8kv-prof", "gemma4-31b-fp8kv-prof", "gemma4-31b-fp8kv-again")}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 # decode rows that are not one step of their batch, with why: (case, batch, context) -> reason
@@ -122,7 +127,8 @@ def load_rows() -> list[Row]:
             for row in rows_for(result, inventory, hardware, case_of(path), routing,
                                 StepConfig(backend=ran_backend(result, inventory, hardware),
                                            kv_cache_dtype=result.get("kv_cache_dtype") or "auto",
-                                           attention_backend=ran_attention(result)))
+                                           attention_backend=ran_attention(result),
+                                           full_decode_tokens=ran_full_decode(result, inventory, hardware)))
             if (row.case, row.batch, row.context) not in NOT_A_STEP]
 
 
@@ -133,6 +139,20 @@ def ran_backend(result: dict, inventory, hardware):
 
     named = result.get("moe_backend") or next(iter(re.findall(r"--moe-backend[= ](\S+)", result["command"])), None)
     return backend_named(inventory.main_format(), named, hardware) if named else None
+
+
+def ran_full_decode(result: dict, inventory, hardware) -> int | None:
+    """The largest decode step the run's engine replayed a FULL graph of (its --max-num-seqs and vLLM's default
+    capture sizes; None: a result from before the probe recorded its engine, priced FULL as before)."""
+    from roofline.predict.cuda_graphs import full_decode_tokens
+    from roofline.predict.deployment import default_capture_tokens
+
+    engine = result.get("engine") or {}
+    if result["mode"] != "graphs" or not engine.get("max_num_seqs"):
+        return None
+    seqs, batched = engine["max_num_seqs"], engine["max_num_batched_tokens"]
+    largest = default_capture_tokens(seqs, batched, 0, inventory.shape.architecture, hardware)
+    return full_decode_tokens(seqs, 0, largest, batched)
 
 
 def ran_attention(result: dict) -> str | None:

@@ -20,6 +20,7 @@ from roofline.model.architecture import config_int, text_config
 from roofline.model.inventory import Inventory
 from roofline.predict.backends import default_backend
 from roofline.predict.bands import band_for, band_json, step_regime
+from roofline.predict.cuda_graphs import full_decode_tokens
 from roofline.predict.deployment import default_capture_tokens
 from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
@@ -515,6 +516,15 @@ def _parallel(inventory: Inventory, hardware: Hardware, request: Request,
         mode["backend"] = request.backend
     if request.attention_backend is not None:
         mode["attention_backend"] = request.attention_backend
+    if not request.enforce_eager:  # a decode batch padded past --max-num-seqs runs without its FULL graph
+        from roofline.predict.scheduler_config import scheduler_settings
+
+        settings = scheduler_settings(request, hardware)
+        largest = request.capture_tokens or default_capture_tokens(
+            settings.max_num_seqs, settings.max_num_batched_tokens, request.speculative_tokens,
+            inventory.shape.architecture, hardware)
+        mode["full_decode_tokens"] = full_decode_tokens(settings.max_num_seqs, request.speculative_tokens, largest,
+                                                        settings.max_num_batched_tokens)
     if request.speculative_tokens:
         mode |= {"speculative_tokens": request.speculative_tokens, "acceptance_rate": request.acceptance_rate,
                  "draft_method": request.draft_method, "drafter": request.drafter}

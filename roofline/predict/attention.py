@@ -5,8 +5,10 @@ each backend's limits), and what its decode kernels cost beyond what the step mo
 The step model prices a layer's KV read at the device's achieved bandwidth: that is FlashAttention 3's decode
 with a BF16 cache on Hopper (checked within 5% in real steps, benchmarks/RESULTS-gpu.md). Another backend or KV
 dtype runs other kernels: Triton's unified attention reads the cache at about half the bandwidth and runs one
-sequence's long context as a chain of small tiles; FlashAttention 3 with an FP8 cache runs 1.3x faster than with
-BF16 at 128-wide heads, not the 2x its bytes say. A layer's extra time is the measured kernel's less the reference
+sequence's long context as a chain of small tiles (split 16 ways up to its 3D threshold of sequences, one chain
+per sequence and KV head above it: Gemma 4's 512-wide global layers with an FP8 cache take 3.3 ms a layer at 10
+streams of 16k tokens); FlashAttention 3 with an FP8 cache runs 1.3x faster than with BF16 at 128-wide heads, not
+the 2x its bytes say. A layer's extra time is the measured kernel's less the reference
 the step model already prices (FlashAttention 3 on BF16 at the same shape, less the bytes the cache's dtype saves
 at the achieved bandwidth), at the layer's sequences and context, on the nearest measured head layout. On another
 Hopper GPU FlashAttention's times scale with its bandwidth and Triton's stay (its blocks bind, not its bytes). Off
@@ -162,12 +164,20 @@ def refusal(inventory, hardware: Hardware, kv_dtype: str, requested: str) -> str
 
 # ----------------------------------------------------------------------------- the measured kernels
 
+def triton_3d_threshold(model_kv_heads: int, sizes: list[int] | None) -> int:
+    """The most sequences Triton's unified attention decodes on its 3D (split-KV) path: 128 // the model's KV heads a
+    rank, snapped to the nearest CUDA-graph capture size where graphs run (`sizes`; None: eager)."""
+    threshold = load_table("attention")["backend"]["TRITON_ATTN"]["min_launch_grid_2d"] // max(1, model_kv_heads)
+    return min(sizes, key=lambda s: abs(s - threshold)) if sizes else threshold
+
+
 @dataclass(frozen=True)
 class _Measured:
     layout: Layout
     batches: tuple[int, ...]
     contexts: tuple[int, ...]
     us: dict  # "BACKEND/dtype" -> tuple of rows (by context) of times (by batch; nan: not measured)
+    triton_3d_max: int | None  # the most sequences the sweep ran Triton's 3D path at (more: its 2D path)
 
 
 @dataclass(frozen=True)
@@ -187,7 +197,8 @@ def _kernels() -> _Kernels:
     device = get_hardware(table["hardware"])
     layouts = tuple(_Measured(Layout(float(e["kv_heads"]), e["head_dim"], e["window"], e["sinks"]),
                               tuple(e["batches"]), tuple(e["contexts"]),
-                              {key: tuple(tuple(row) for row in rows) for key, rows in e["us"].items()})
+                              {key: tuple(tuple(row) for row in rows) for key, rows in e["us"].items()},
+                              e.get("triton_3d_max"))
                     for e in table["layout"])
     return _Kernels(int(table["compute_capability"].split(".")[0]), device.bandwidth_gbps,
                     device.bandwidth_gbps * device.efficiency,
@@ -222,20 +233,29 @@ def _along(xs: tuple, ys: list, x: float, linear_beyond: bool) -> float:
     return ys[i - 1] + w * (ys[i] - ys[i - 1])
 
 
-def _kernel_us(m: _Measured, key: str, sequences: float, context: float, windowed: bool) -> float:
+def _kernel_us(m: _Measured, key: str, sequences: float, context: float, windowed: bool,
+               three_d: bool | None = None) -> float:
     """The measured kernel's time at `sequences` x `context`: along the sequences at each measured context (past
     the most sequences measured there, linear in them: the kernel is saturated), then along the context (past the
-    longest, linear in it; a sliding window's flat)."""
+    longest, linear in it; a sliding window's flat). Triton's on the path it runs (`three_d`; None: any): its 2D
+    kernel is a chain per sequence and KV head, as long below the fewest sequences timed on it."""
+    on_path = [b <= m.triton_3d_max if three_d else b > m.triton_3d_max for b in m.batches] \
+        if three_d is not None and m.triton_3d_max is not None and key.startswith("TRITON_ATTN/") else None
+    if on_path is not None and not any(on_path):
+        on_path = None
     per_context = []
     for row in m.us[key]:
-        points = [(b, t) for b, t in zip(m.batches, row) if not math.isnan(t)]
+        points = [(b, t) for i, (b, t) in enumerate(zip(m.batches, row))
+                  if not math.isnan(t) and (on_path is None or on_path[i])]
         per_context.append(_along(tuple(b for b, _ in points), [t for _, t in points], sequences, True))
     return _along(m.contexts, per_context, context, not windowed)
 
 
-def layer_us(choice: AttentionChoice, layout: Layout, sequences: int, context: int) -> float:
+def layer_us(choice: AttentionChoice, layout: Layout, sequences: int, context: int,
+             triton_3d: int | None = None) -> float:
     """One layer's decode attention time beyond what the step model prices for its KV (us; negative where the
-    kernel beats the reference's time less the bytes the cache's dtype saves)."""
+    kernel beats the reference's time less the bytes the cache's dtype saves); `triton_3d`: the model's
+    triton_3d_threshold (None: the sweep's own path at each measured point)."""
     if not choice.measured or sequences <= 0 or context <= 0:
         return 0.0
     dtype = KERNEL_KV_DTYPE[choice.kv_dtype]
@@ -251,11 +271,12 @@ def layer_us(choice: AttentionChoice, layout: Layout, sequences: int, context: i
         # the layer's sequences x KV heads over the measured layout's KV heads (a kernel's blocks run per head),
         # its time scaled by the head width (bytes per token) and a sliding window's span
         equivalent = sequences * layout.kv_heads / m.layout.kv_heads
-        us = _kernel_us(m, k, equivalent, timed, bool(layout.window))
+        us = _kernel_us(m, k, equivalent, timed, bool(layout.window),
+                        None if triton_3d is None else sequences <= triton_3d)
         if layout.window and m.layout.window:
             us *= span / min(timed, m.layout.window)
         # on another GPU of the family: FlashAttention's reads run near the bandwidth, so its time scales with it;
-        # Triton's do not (half of it, an FP8 cache no faster: its blocks bind, not its bytes), so its time stays
+        # Triton's do not (half of it at long contexts: its chains of small tiles bind, not its bytes), so it stays
         return us * layout.head_dim / m.layout.head_dim * (choice.scale if k.startswith("FLASH_ATTN/") else 1.0)
 
     # the step model prices this cache as the reference less the bytes its dtype saves, at the achieved bandwidth

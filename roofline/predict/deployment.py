@@ -897,6 +897,7 @@ def step_config(deployment: Deployment, inventory: Inventory, hardware: Hardware
                       acceptance_rate=acceptance_rate if spec else 0.7, routing=routing,
                       draft_method=spec.method if spec else "mtp", drafter=drafter_of(deployment, inventory),
                       capture_tokens=capture_tokens(deployment, hardware, inventory.shape.architecture),
+                      full_decode_tokens=full_decode_limit(deployment, hardware, inventory.shape.architecture),
                       cudagraph_mode=deployment.cudagraph_mode or "full_and_piecewise",
                       async_scheduling=deployment.async_scheduling is not False,
                       attention_backend=deployment.attention_backend)
@@ -924,6 +925,17 @@ def capture_tokens(deployment: Deployment, hardware: Hardware, architecture: str
     settings = scheduler_settings(deployment, hardware)
     return default_capture_tokens(settings.max_num_seqs, settings.max_num_batched_tokens,
                                   deployment.speculative_tokens, architecture, hardware)
+
+
+def full_decode_limit(deployment: Deployment, hardware: Hardware, architecture: str = "") -> int:
+    """The largest decode step (tokens) this deployment's vLLM replays a FULL graph of (cuda_graphs.full_decode_tokens:
+    its capture sizes within --max-num-seqs requests)."""
+    from .cuda_graphs import full_decode_tokens
+    from .scheduler_config import scheduler_settings
+
+    settings = scheduler_settings(deployment, hardware)
+    return full_decode_tokens(settings.max_num_seqs, deployment.speculative_tokens,
+                              capture_tokens(deployment, hardware, architecture), settings.max_num_batched_tokens)
 
 
 def default_capture_tokens(seqs: int, batched_tokens: int, draft_tokens: int, architecture: str,

@@ -128,5 +128,8 @@ def scan_host_us_per_layer(hardware: Hardware) -> tuple[dict[str, float], str, s
     return dict(per_kind), kind, source
 
 
-def piecewise_launches_per_attention_layer() -> float:
-    return load_table("prefill")["piecewise"]["host_launches_per_attention_layer"]
+def piecewise_launches_per_attention_layer(step: str = "prompt") -> float:
+    """The host's work per attention layer between piecewise graphs, in launches' worth: a prompt or mixed step's
+    (`prompt`), or a decode's past the FULL graphs (`decode`: its attention's Python forward every layer)."""
+    table = load_table("prefill")["piecewise"]
+    return table["host_launches_per_attention_layer" if step == "prompt" else "decode_host_launches_per_attention_layer"]

@@ -45,9 +45,10 @@ from roofline.model.inventory import Inventory
 from roofline.model.roles import role_properties
 
 from .attention import AttentionChoice, choose as choose_attention, kernels_source as attention_source, \
-    layer_us as attention_layer_us, layouts_of
+    layer_us as attention_layer_us, layouts_of, triton_3d_threshold
 from .backends import Backend, default_backend
 from .bands import model_family
+from .cuda_graphs import capture_sizes
 from .hardware import Hardware
 from .kernels import KernelProfile, estimate_kernels
 from .launch import LaunchCosts, launch_costs
@@ -113,6 +114,10 @@ class StepConfig:
     # the largest step (tokens) vLLM captures a CUDA graph of: a larger one launches its compiled kernels from the
     # host (None: no ceiling, every step of graph mode replays a graph: the decode tables' view)
     capture_tokens: int | None = None
+    # the largest decode step (tokens) vLLM replays a FULL graph of (cuda_graphs.full_decode_tokens: the capture sizes
+    # whose requests fit --max-num-seqs); a decode step past it runs piecewise under full_and_piecewise, without a
+    # graph under full_decode_only (None: every captured decode step is FULL)
+    full_decode_tokens: int | None = None
     # vLLM's CUDA-graph mode (deployment.CUDAGRAPH_MODES): full_and_piecewise (vLLM's default: decodes in a full
     # graph, prompt and mixed steps in piecewise graphs), full (both full), full_decode_only (prompt and mixed steps
     # without a graph), piecewise (every step piecewise: attention launched by the host); none is graphs=False
@@ -187,6 +192,9 @@ class Segment:
     compute_at_peak_s: float = 0.0  # the FLOPs at the datasheet tensor rate (no utilization): what a fit scales
     backend_compute_at_peak_s: float = 0.0  # of those: the backend format's GEMMs
     floor_s: float = 0.0
+    # a decode step past the FULL graphs: its attention launched by the host between piecewise graphs, while the GPU
+    # runs what it was given (in the step's host time, ReplicaStep.host_s)
+    piecewise_host_s: float = 0.0
     host_s: float = 0.0
     # a step larger than vLLM's CUDA-graph capture: its compiled kernels launched one by one from the host
     uncaptured_host_s: float | None = None
@@ -749,6 +757,7 @@ class _Terms:
     scan_host_us: dict  # kind -> the host's time of one recurrent layer's prompt kernels (outside vLLM's graphs)
     rates: "PrefillRates"
     piecewise_host_launches: float
+    piecewise_decode_launches: float  # a decode's attention between piecewise graphs, in host launches' worth
     dequant_bytes_per_weight: float  # an emulated kernel's BF16 copy, per weight it dequantizes
     backend_compute: str  # the tensor format the backend's GEMMs compute in
     backend_format: str  # the weights' format the backend runs
@@ -757,6 +766,7 @@ class _Terms:
     efficiency: float  # the hardware's (what memory_at_datasheet_s is scaled back by)
     placement: Placement
     attention: AttentionChoice  # the attention backend vLLM runs, whose decode kernels price each layer's
+    model_kv_heads: int = 1  # the config's KV heads a rank (what Triton's 3D threshold counts)
 
 
 def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topology: Topology, placement: Placement,
@@ -878,10 +888,12 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
                   uncaptured_us=uncaptured_us_per_kernel(hardware)[0] if costs.host_us_per_kernel else 0.0,
                   scan_host_us=scan_host_us_per_layer(hardware)[0] if costs.host_us_per_kernel else {},
                   piecewise_host_launches=piecewise_launches_per_attention_layer(),
+                  piecewise_decode_launches=piecewise_launches_per_attention_layer("decode"),
                   dequant_bytes_per_weight=dequant, backend_compute=backend.compute, backend_format=backend.format,
                   routed_share=shape.experts_per_token / shape.num_experts if shape.num_experts else 0.0,
                   weight_only=backend.weight_only, efficiency=hardware.efficiency, placement=placement,
-                  attention=attention)
+                  attention=attention, model_kv_heads=max(1, config_int(
+                      text_config(inventory.config), "num_key_value_heads", "num_attention_heads") // kv_ranks))
 
 
 def drafter_reads(inventory: Inventory, config: StepConfig, ranks: int) -> DraftReads:
@@ -971,9 +983,14 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
     rates = terms.rates
     prefill_backend = rates.weight_only if terms.weight_only else rates.gemm_share(terms.backend_compute)
     mode = config.cudagraph_mode
+    # a decode step padded past the largest FULL graph (its requests past --max-num-seqs): vLLM's next choice
+    past_full = not chunk_tokens and config.full_decode_tokens is not None and tokens_in > config.full_decode_tokens
     uncaptured = (config.capture_tokens is not None and tokens_in > config.capture_tokens) or \
-        (chunk_tokens > 0 and mode == "full_decode_only")
-    piecewise = mode == "piecewise" or (chunk_tokens > 0 and mode == "full_and_piecewise")
+        ((chunk_tokens > 0 or past_full) and mode == "full_decode_only")
+    piecewise = mode == "piecewise" or ((chunk_tokens > 0 or past_full) and mode == "full_and_piecewise")
+    # Triton's 3D threshold snaps to the capture sizes where graphs run (vLLM's default ceiling where none is given)
+    triton_3d = triton_3d_threshold(terms.model_kv_heads, capture_sizes(
+        config.capture_tokens or load_table("serving")["cuda_graph_capture"]["ceiling"]) if config.graphs else None)
     segments = []
     for key, t in terms.segments.items():
         seg = Segment(t.layer, t.where, t.stage)
@@ -1072,13 +1089,15 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
         seg.memory_s = seg.bytes / terms.bandwidth if terms.weight_rate is None else \
             (seg.bytes - seg.backend_weight_bytes) / terms.bandwidth + seg.backend_weight_bytes / terms.weight_rate
         if t.attention_layouts and micro:  # the backend's decode kernels, beyond the KV at the bandwidth
-            extra = sum(attention_layer_us(terms.attention, layout, micro, config.context)
+            extra = sum(attention_layer_us(terms.attention, layout, micro, config.context, triton_3d)
                         for layout in t.attention_layouts) * 1e-6
             seg.attention_kernel_s = max(extra, -seg.kv_bytes / terms.bandwidth)
             seg.memory_s += seg.attention_kernel_s
         seg.floor_s = seg.kernels * terms.floor_us * 1e-6
         if uncaptured:  # no graph of this size: the compiled kernels launched one by one
             seg.uncaptured_host_s = seg.kernels * terms.uncaptured_us * 1e-6
+        elif past_full and piecewise and t.attention_layers:  # a decode's pieces: the host's Python between them
+            seg.piecewise_host_s = t.attention_layers * terms.piecewise_decode_launches * terms.host_us * 1e-6
         elif piecewise and t.attention_layers:  # piecewise graphs: attention launched by the host between them
             seg.floor_s += t.attention_layers * terms.piecewise_host_launches * terms.host_us * 1e-6
         seg.floor_s += draft_host_s  # the drafts' launches outside graphs, the proposer's host time
@@ -1095,7 +1114,8 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
         handoff = Collective("pp", "send", "stage hand-off (hidden state + residual)", pp - 1, hand_bytes,
                              placement.pp_link.key, placement.pp_link.collective_seconds(hand_bytes, 1.0))
     # the engine's host time: each micro-batch is a step vLLM schedules, of its decodes and the prompt chunks
-    host_s = micro_batches * terms.step_host.step_host_s(micro + len(chunks))
+    host_s = micro_batches * (terms.step_host.step_host_s(micro + len(chunks))
+                              + sum(seg.piecewise_host_s for _, seg in segments))
     return ReplicaStep(batch, micro_batches, micro, tokens_per_sequence, stages, handoff, None, host_s,
                        config.async_scheduling)
 
