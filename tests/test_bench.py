@@ -47,8 +47,9 @@ def test_decode_rate_excludes_prefill_and_counts_every_token(server):
     assert run.ok, run.error
     assert run.completion_tokens == 12 and run.prompt_tokens == 7
     assert run.ttft_s >= 0.3  # the 300 ms prefill lands in TTFT ...
-    # ... and not in decode: 11 tokens after the first, >= 5 ms apart (sleep never returns early)
-    assert run.decode_tok_s <= 1 / 0.005 * 1.02
+    # ... and not in decode: 11 tokens after the first over their own span (the client's arrival times, which a busy
+    # host can bunch: no bound from the server's 5 ms gaps), far above the 11 / 0.3 s the prefill would leave
+    assert run.decode_tok_s > 2 * 11 / 0.3
     span = run.arrivals[-1][0] - run.arrivals[0][0]
     assert run.decode_tok_s == pytest.approx(11 / span)
     assert span < 0.3  # the decode span does not contain the prefill pause

@@ -279,14 +279,16 @@ def test_a_bad_compilation_flag_is_one_line(words, says):
 
 
 def test_graph_modes_price_as_vllm_runs_them():
-    """cudagraph_mode NONE (or -O0) is --enforce-eager's price; PIECEWISE launches attention from the host every
-    step (slower decode on a launch-bound hybrid); the default and FULL_DECODE_ONLY decode alike."""
+    """cudagraph_mode NONE (or -O0) is --enforce-eager's price; PIECEWISE launches attention and the recurrent mixers
+    from the host every step, which the GPU's time hides on this memory-bound hybrid (as an H200 measured: Gemma 4
+    31B's piecewise step at 10 streams of 16k tokens took its kernels' time); the default and FULL_DECODE_ONLY decode
+    alike."""
     def one_stream(*words):
         return as_json("audit", HYBRID_NVFP4, "--hardware", "gb10", *words)["expected_tok_s"]
     default, eager = one_stream(), one_stream("--enforce-eager")
     assert one_stream("-O0") == pytest.approx(eager) == one_stream("--compilation-config", '{"cudagraph_mode":"NONE"}')
     assert eager < default / 2  # graphs off costs this launch-bound hybrid most of its speed on the GB10
-    assert eager < one_stream("-O1") < default
+    assert eager < one_stream("-O1") <= default
     assert one_stream("-O", "3") == pytest.approx(default)
     assert one_stream("-cc", '{"cudagraph_mode":"FULL_DECODE_ONLY"}') == pytest.approx(default)
 

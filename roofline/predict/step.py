@@ -1096,8 +1096,11 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
         seg.floor_s = seg.kernels * terms.floor_us * 1e-6
         if uncaptured:  # no graph of this size: the compiled kernels launched one by one
             seg.uncaptured_host_s = seg.kernels * terms.uncaptured_us * 1e-6
-        elif past_full and piecewise and t.attention_layers:  # a decode's pieces: the host's Python between them
-            seg.piecewise_host_s = t.attention_layers * terms.piecewise_decode_launches * terms.host_us * 1e-6
+        elif piecewise and not chunk_tokens and (t.attention_layers or t.scan_layers):
+            # a decode's pieces: the host's Python between them, at every layer vLLM splits its graph (attention,
+            # and a hybrid's recurrent mixers: CompilationConfig.splitting_ops)
+            seg.piecewise_host_s = (t.attention_layers + sum(t.scan_layers.values())) \
+                * terms.piecewise_decode_launches * terms.host_us * 1e-6
         elif piecewise and t.attention_layers:  # piecewise graphs: attention launched by the host between them
             seg.floor_s += t.attention_layers * terms.piecewise_host_launches * terms.host_us * 1e-6
         seg.floor_s += draft_host_s  # the drafts' launches outside graphs, the proposer's host time
