@@ -192,8 +192,8 @@ class Segment:
     compute_at_peak_s: float = 0.0  # the FLOPs at the datasheet tensor rate (no utilization): what a fit scales
     backend_compute_at_peak_s: float = 0.0  # of those: the backend format's GEMMs
     floor_s: float = 0.0
-    # a decode step past the FULL graphs: its attention launched by the host between piecewise graphs, while the GPU
-    # runs what it was given (in the step's host time, ReplicaStep.host_s)
+    # a decode step in piecewise graphs: the host's work at each layer between them (the backend's forward, its
+    # launches), while the GPU runs what it was given (in the step's host time, ReplicaStep.host_s)
     piecewise_host_s: float = 0.0
     host_s: float = 0.0
     # a step larger than vLLM's CUDA-graph capture: its compiled kernels launched one by one from the host
@@ -757,7 +757,7 @@ class _Terms:
     scan_host_us: dict  # kind -> the host's time of one recurrent layer's prompt kernels (outside vLLM's graphs)
     rates: "PrefillRates"
     piecewise_host_launches: float
-    piecewise_decode_launches: float  # a decode's attention between piecewise graphs, in host launches' worth
+    piecewise_decode_launches: float  # a decode's work at each layer between piecewise graphs, in launches' worth
     dequant_bytes_per_weight: float  # an emulated kernel's BF16 copy, per weight it dequantizes
     backend_compute: str  # the tensor format the backend's GEMMs compute in
     backend_format: str  # the weights' format the backend runs
@@ -984,7 +984,8 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
     prefill_backend = rates.weight_only if terms.weight_only else rates.gemm_share(terms.backend_compute)
     mode = config.cudagraph_mode
     # a decode step padded past the largest FULL graph (its requests past --max-num-seqs): vLLM's next choice
-    past_full = not chunk_tokens and config.full_decode_tokens is not None and tokens_in > config.full_decode_tokens
+    past_full = config.graphs and not chunk_tokens and config.full_decode_tokens is not None \
+        and tokens_in > config.full_decode_tokens
     uncaptured = (config.capture_tokens is not None and tokens_in > config.capture_tokens) or \
         ((chunk_tokens > 0 or past_full) and mode == "full_decode_only")
     piecewise = mode == "piecewise" or ((chunk_tokens > 0 or past_full) and mode == "full_and_piecewise")
@@ -1096,7 +1097,7 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
         seg.floor_s = seg.kernels * terms.floor_us * 1e-6
         if uncaptured:  # no graph of this size: the compiled kernels launched one by one
             seg.uncaptured_host_s = seg.kernels * terms.uncaptured_us * 1e-6
-        elif piecewise and not chunk_tokens and (t.attention_layers or t.scan_layers):
+        elif config.graphs and piecewise and not chunk_tokens and (t.attention_layers or t.scan_layers):
             # a decode's pieces: the host's Python between them, at every layer vLLM splits its graph (attention,
             # and a hybrid's recurrent mixers: CompilationConfig.splitting_ops)
             seg.piecewise_host_s = (t.attention_layers + sum(t.scan_layers.values())) \
