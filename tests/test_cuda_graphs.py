@@ -66,13 +66,27 @@ def test_a_batch_past_max_num_seqs_graphs_is_host_bound_as_measured():
 def test_preflight_prices_max_num_seqs_as_vllm_captures_it():
     """The serve line's --max-num-seqs decides it: 5 streams of a 5-sequence server are host-bound, 8 of an
     8-sequence server are not."""
-    def streams_line(seqs: int) -> str:
+    def preflight(seqs: int) -> str:
         out = subprocess.run([sys.executable, "-m", "roofline.cli", "preflight", "--hardware", "h200", "--",
                               "vllm", "serve", GEMMA4_31B, "--kv-cache-dtype", "fp8", "--attention-backend",
                               "TRITON_ATTN", "--max-num-seqs", str(seqs), "--max-model-len", "16640"],
                              capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert out.returncode == 0, out.stderr
-        return next(line for line in out.stdout.splitlines() if f"{seqs} streams" in line)
+        return out.stdout
 
-    assert "host-bound" in streams_line(5)
-    assert "memory-bound" in streams_line(8)
+    def streams(out: str, seqs: int) -> str:
+        return next(line for line in out.splitlines() if f"{seqs} streams" in line)
+
+    five, eight = preflight(5), preflight(8)
+    assert "host-bound" in streams(five, 5) and "full decode graphs of up to 4 sequences" in five
+    assert "memory-bound" in streams(eight, 8) and "full decode graphs" not in eight
+
+
+@pytest.mark.parametrize("seqs, full, captured, said", [
+    (5, 4, 10, True), (8, 8, 16, False), (264, 256, 512, True),
+    (1024, 512, 512, False),  # past the capture itself: no graph at all, not this note's case
+])
+def test_the_note_says_when_max_num_seqs_leaves_batches_without_a_full_graph(seqs, full, captured, said):
+    from roofline.predict.cuda_graphs import past_full_note
+
+    assert (past_full_note(seqs, full, captured) is not None) == said

@@ -20,7 +20,7 @@ from roofline.model.architecture import config_int, text_config
 from roofline.model.inventory import Inventory
 from roofline.predict.backends import default_backend
 from roofline.predict.bands import band_for, band_json, step_regime
-from roofline.predict.cuda_graphs import full_decode_tokens
+from roofline.predict.cuda_graphs import full_decode_tokens, past_full_note
 from roofline.predict.deployment import default_capture_tokens
 from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
@@ -467,6 +467,11 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                      "GEMM); the curve is bandwidth-bound by construction")
     if request.routing == "shared" and shape.num_experts:
         notes.append("routing shared: every stream decodes the same text, so a step reads one token's experts")
+    if not request.enforce_eager and request.cudagraph_mode in ("full_and_piecewise", "full_decode_only"):
+        largest, full = _graph_sizes(inventory, hardware, request)
+        per_request = 1 + request.speculative_tokens
+        graph_note = past_full_note(max_seqs, full // per_request, largest // per_request)
+        notes += [graph_note] if graph_note else []
     recommended = None
     unified = _table()["unified"]
     if hardware.key in unified["hardware"] and request.kv_cache_memory_bytes is None:
@@ -504,6 +509,18 @@ def _stage_budgets(num_layers: int, pp: int, stage_weights: list[float], budget:
             for layers, stage in zip(stage_layers(num_layers, pp), stage_weights)]
 
 
+def _graph_sizes(inventory: Inventory, hardware: Hardware, request: Request) -> tuple[int, int]:
+    """(the largest step vLLM captures, the largest decode step it replays a FULL graph of), in tokens."""
+    from roofline.predict.scheduler_config import scheduler_settings
+
+    settings = scheduler_settings(request, hardware)
+    largest = request.capture_tokens or default_capture_tokens(
+        settings.max_num_seqs, settings.max_num_batched_tokens, request.speculative_tokens,
+        inventory.shape.architecture, hardware)
+    return largest, full_decode_tokens(settings.max_num_seqs, request.speculative_tokens, largest,
+                                       settings.max_num_batched_tokens)
+
+
 def _parallel(inventory: Inventory, hardware: Hardware, request: Request,
               context: int) -> tuple[dict, dict | None]:
     """The StepConfig fields of the server's setup and, for --gpus / --boxes, the split: eager or CUDA
@@ -517,14 +534,7 @@ def _parallel(inventory: Inventory, hardware: Hardware, request: Request,
     if request.attention_backend is not None:
         mode["attention_backend"] = request.attention_backend
     if not request.enforce_eager:  # a decode batch padded past --max-num-seqs runs without its FULL graph
-        from roofline.predict.scheduler_config import scheduler_settings
-
-        settings = scheduler_settings(request, hardware)
-        largest = request.capture_tokens or default_capture_tokens(
-            settings.max_num_seqs, settings.max_num_batched_tokens, request.speculative_tokens,
-            inventory.shape.architecture, hardware)
-        mode["full_decode_tokens"] = full_decode_tokens(settings.max_num_seqs, request.speculative_tokens, largest,
-                                                        settings.max_num_batched_tokens)
+        mode["full_decode_tokens"] = _graph_sizes(inventory, hardware, request)[1]
     if request.speculative_tokens:
         mode |= {"speculative_tokens": request.speculative_tokens, "acceptance_rate": request.acceptance_rate,
                  "draft_method": request.draft_method, "drafter": request.drafter}

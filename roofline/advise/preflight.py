@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from roofline.audit import AuditResult, run_audit
 from roofline.errors import RooflineError
 from roofline.model.inventory import Inventory
-from roofline.predict.deployment import Deployment, checkpoint_notes, flags, online_format, step_config
+from roofline.predict.deployment import Deployment, checkpoint_notes, flags, graph_notes, online_format, step_config
 from roofline.predict.hardware import Hardware
 from roofline.predict.scheduler_config import scheduler_settings
 from roofline.predict.speculation import break_even, vllm_acceptance_rate
@@ -141,7 +141,8 @@ def _price(inventory: Inventory, deployment: Deployment, hardware: Hardware, wor
 def preflight(inventory: Inventory, deployment: Deployment, hardware: Hardware, workload: Workload, *,
               draft: Inventory | None = None, recipe: dict | None = None) -> Preflight:
     """The answer for exactly this deployment, each flag's effect beside it."""
-    deployment = replace(deployment, notes=deployment.notes + checkpoint_notes(deployment, inventory))
+    deployment = replace(deployment, notes=deployment.notes + checkpoint_notes(deployment, inventory)
+                         + graph_notes(deployment, hardware, inventory.shape.architecture))
     found = vllm_refusals(deployment, inventory, hardware)
     try:
         priced = _price(inventory, deployment, hardware, workload, draft)

@@ -28,3 +28,14 @@ def full_decode_tokens(max_num_seqs: int, draft_tokens: int, largest: int, batch
     limit = min(max_num_seqs * per_request, largest)
     rounded = (-(-s // per_request) * per_request for s in capture_sizes(largest, batched_tokens))
     return max((s for s in rounded if s <= limit), default=0)
+
+
+def past_full_note(max_num_seqs: int, full_sequences: int, captured_sequences: int) -> str | None:
+    """What a user is told when --max-num-seqs leaves decode batches within the capture without a FULL graph (None:
+    it does not; `captured_sequences`: the requests of the largest captured step)."""
+    if full_sequences >= min(max_num_seqs, captured_sequences):
+        return None
+    return (f"--max-num-seqs {max_num_seqs}: vLLM replays full decode graphs of up to {full_sequences} sequences; a "
+            f"larger batch pads to a capture size past --max-num-seqs and runs in piecewise graphs, the host launching "
+            f"each layer's attention (a --max-num-seqs that is itself a capture size avoids it: 1, 2, 4, a multiple of "
+            f"8 below 256, of 16 from 256)")

@@ -938,6 +938,20 @@ def full_decode_limit(deployment: Deployment, hardware: Hardware, architecture: 
                               capture_tokens(deployment, hardware, architecture), settings.max_num_batched_tokens)
 
 
+def graph_notes(deployment: Deployment, hardware: Hardware, architecture: str = "") -> tuple[str, ...]:
+    """What vLLM's CUDA graphs make of --max-num-seqs that the flag alone does not say (cuda_graphs.past_full_note)."""
+    from .cuda_graphs import past_full_note
+    from .scheduler_config import scheduler_settings
+
+    if deployment.eager or deployment.cudagraph_mode in ("none", "piecewise", "full"):
+        return ()
+    per_request = 1 + deployment.speculative_tokens
+    note = past_full_note(scheduler_settings(deployment, hardware).max_num_seqs,
+                          full_decode_limit(deployment, hardware, architecture) // per_request,
+                          capture_tokens(deployment, hardware, architecture) // per_request)
+    return (note,) if note else ()
+
+
 def default_capture_tokens(seqs: int, batched_tokens: int, draft_tokens: int, architecture: str,
                            hardware: Hardware) -> int:
     """vLLM's default largest captured step: min(2 x max_num_seqs x (1 + draft tokens), the ceiling (512; 1024 on
