@@ -145,6 +145,12 @@ PROFILED = {  # profiled run (under benchmarks/results) -> its config (under the
     # Gemma 4's dense layer (Triton's attention with its segment reduction), and Qwen3-8B eager on Triton's attention
     "vllm_h200_dense_streams/gemma4-31b-prof": CUT + "gemma-4-31B-text",
     "vllm_h200_dense_streams/q8b-triton-eager-prof": REFERENCE + "Qwen__Qwen3-8B",
+    # GB10's Marlin path run eager on the H200: gpt-oss at 32 and 128 experts (moe_align_block_size's one
+    # small-batch kernel, then two), and Qwen3.6's GDN layers and NVFP4 experts
+    "vllm_h200_marlin_eager/gptoss20b-marlin-eager-prof": REFERENCE + "openai__gpt-oss-20b",
+    "vllm_h200_eager_hosts/gptoss20b-marlin-eager-b": REFERENCE + "openai__gpt-oss-20b",
+    "vllm_h200_eager_hosts/gptoss120b-marlin-eager": REFERENCE + "openai__gpt-oss-120b",
+    "vllm_h200_eager_hosts/q36-nvfp4-eager": REFERENCE + "nvidia__Qwen3.6-35B-A3B-NVFP4",
 }
 
 
@@ -154,7 +160,10 @@ def test_kernel_table_counts_what_vllm_launched(case):
     torch profiler saw vLLM launch at batch 1."""
     result = json.loads((RESULTS.parent / f"{case}.json").read_text())
     measured = next(p for p in result["profiles"] if p["batch"] == 1)["kernels_per_step"]
-    profile = estimate_kernels(load_inventory(str(ROOT / PROFILED[case])))
+    # the run's MoE backend where it named one (the probe's JSON since 2026-11-28; its command line before)
+    moe_backend = result.get("moe_backend") or next(
+        (arg.split("=", 1)[1] for arg in result["command"].split() if arg.startswith("--moe-backend=")), None)
+    profile = estimate_kernels(load_inventory(str(ROOT / PROFILED[case])), None, moe_backend)
     estimate = profile.kernels_per_token if result["mode"] == "graphs" else profile.eager_kernels_per_token
     assert estimate == pytest.approx(measured, rel=0.04)
 
@@ -267,3 +276,23 @@ def test_gpt_oss_on_hopper_runs_triton_kernels_and_its_eager_python():
     for row in json.loads((runs / "vllm_h100_gptoss" / "gptoss20b-eager.json").read_text())["decode"]:
         priced = price_step(inventory, h100, StepConfig(batch=row["batch"], context=row["context"], graphs=False))
         assert -0.4 < priced.step_ms / row["step_ms"] - 1 < 0, (row, priced.step_ms)
+
+
+def test_gpt_oss_marlin_eager_python_is_the_mean_of_its_steps():
+    """kernels.toml's eager Python of gpt-oss's Marlin MoE layer is what benchmarks/gpu_vllm/eager_python.py fits
+    on the recorded eager steps (several machine starts, each at its start's host cost), and it prices those
+    steps nearer than the first step's figure alone did."""
+    import eager_python  # benchmarks/gpu_vllm/eager_python.py
+
+    table = eager_python.steps()
+    term, per_layer = eager_python.fitted_term(table)
+    entry = next(e for e in load_table("kernels")["moe"] if e["format"] == "mxfp4" and e["backend"] == "marlin")
+    assert entry["eager_host_equiv"] == pytest.approx(term, abs=0.05) and len(per_layer) >= 4
+    assert "eager_python.py" in entry["source"]
+    gpt_oss = [s for s in table if s.model_type == eager_python.FITTED]
+    assert {s.start for s in gpt_oss} == set(eager_python.STARTS)  # every start holds a gpt-oss step
+
+    def error(s, per_layer_python):
+        return abs(s.cost_us * (s.launches + per_layer_python * s.moe_layers) / 1e3 / s.step_ms - 1)
+
+    assert sum(error(s, term) for s in gpt_oss) < sum(error(s, per_layer[0]) for s in gpt_oss)

@@ -85,7 +85,13 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # step's kernels profiled: Qwen3-8B, Gemma 4 31B (at 10 and again at 5 sequences at most: a decode batch
          # padded past --max-num-seqs runs in piecewise graphs)
          **{f"{name}-1128g": f"vllm_h200_triton_fp8/{name}.json"
-            for name in ("q8b-triton-fp8kv-prof", "gemma4-31b-fp8kv-prof", "gemma4-31b-fp8kv-again")}}
+            for name in ("q8b-triton-fp8kv-prof", "gemma4-31b-fp8kv-prof", "gemma4-31b-fp8kv-again")},
+         # a tenth and eleventh: GB10's Marlin path eager, gpt-oss-20b and -120b (kernels.toml's gpt-oss Marlin MoE
+         # Python is their mean: benchmarks/gpu_vllm/eager_python.py) and Qwen3.6's NVFP4 hybrid MoE, each start
+         # beside Qwen3-8B eager
+         **{f"{name}-1128h": f"vllm_h200_eager_hosts/{name}.json"
+            for name in ("q8b-cal-eager", "q36-nvfp4-eager", "gptoss120b-marlin-eager", "q8b-cal-eager-b",
+                         "gptoss20b-marlin-eager-b", "gptoss120b-marlin-eager-b", "q8b-cal-eager-b2")}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 # decode rows that are not one step of their batch, with why: (case, batch, context) -> reason

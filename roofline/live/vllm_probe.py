@@ -313,6 +313,9 @@ def main() -> int:
     parser.add_argument("--additional-config", default=None,
                         help="JSON for vLLM's additional_config, e.g. '{\"gdn_prefill_backend\": \"triton\"}' "
                              "(GDN hybrids on Hopper without FlashInfer)")
+    parser.add_argument("--language-model-only", action="store_true",
+                        help="vLLM's --language-model-only: a multimodal checkpoint's text model alone (its decode "
+                             "step is the same; no processor to build from a folder with only config.json)")
     parser.add_argument("--profile-batches", default="", help="batches to profile one decode step of, e.g. 1,32")
     parser.add_argument("--speculative-config", default=None,
                         help="JSON as vLLM takes it, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}': "
@@ -351,6 +354,7 @@ def main() -> int:
               hf_overrides=json.loads(args.hf_overrides) if args.hf_overrides else None,
               **({"attention_backend": args.attention_backend} if args.attention_backend else {}),
               **({"moe_backend": args.moe_backend} if args.moe_backend else {}),
+              **({"language_model_only": True} if args.language_model_only else {}),
               **({"speculative_config": json.loads(args.speculative_config),
                   # the spec-decode counters (vllm:spec_decode_num_drafts ...) are kept only with stats on
                   "disable_log_stats": False} if args.speculative_config else {}),
@@ -428,6 +432,7 @@ def main() -> int:
         "additional_config": json.loads(args.additional_config) if args.additional_config else None,
         "moe_backend": args.moe_backend,
         "attention_backend": args.attention_backend,
+        "language_model_only": args.language_model_only,
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
     }
     with open(args.out, "w") as fh:

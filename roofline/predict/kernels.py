@@ -192,7 +192,9 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
             if gated:
                 counts.append(_count(layer, "attention_core", "vllm", core["attention_output_gate"]))
         elif recurrent_kind.get(layer) == "gdn":
-            counts.append(_count(layer, "gdn_core", "triton", core["gdn"]))
+            gdn = core["gdn"]
+            eager = gdn.get("eager_kernels_by_model_type", {}).get(shape.model_type)
+            counts.append(_count(layer, "gdn_core", "triton", dict(gdn, eager_kernels=eager) if eager else gdn))
         elif recurrent_kind.get(layer) == "mamba":
             counts.append(_count(layer, "mamba_core", "triton", core["mamba"], python=python["mamba"]))
         for role in GEMM_ROLES:
@@ -209,6 +211,8 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
         if "moe_experts" in roles:
             fmt = _main_format(roles["moe_experts"])
             moe = _entry("moe", fmt, moe_backend)
+            if shape.num_experts > 64 and "kernels_above_64_experts" in moe:  # moe_align_block_size's two kernels
+                moe = dict(moe, kernels=moe["kernels_above_64_experts"])
             counts.append(_count(layer, "moe_experts", moe["backend"], moe, source=f"{fmt}: {moe['source']}",
                                  python=python["moe"]))
 
