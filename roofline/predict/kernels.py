@@ -211,8 +211,9 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
         if "moe_experts" in roles:
             fmt = _main_format(roles["moe_experts"])
             moe = _entry("moe", fmt, moe_backend)
-            if shape.num_experts > 64 and "kernels_above_64_experts" in moe:  # moe_align_block_size's two kernels
-                moe = dict(moe, kernels=moe["kernels_above_64_experts"])
+            # a row counted with moe_align_block_size's one small-batch kernel: past its experts, two
+            if shape.num_experts > moe.get("align_small_batch_max_experts", shape.num_experts):
+                moe = dict(moe, kernels=moe["kernels_past_small_batch_align"])
             counts.append(_count(layer, "moe_experts", moe["backend"], moe, source=f"{fmt}: {moe['source']}",
                                  python=python["moe"]))
 
