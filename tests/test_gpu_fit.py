@@ -160,10 +160,9 @@ def test_kernel_table_counts_what_vllm_launched(case):
     torch profiler saw vLLM launch at batch 1."""
     result = json.loads((RESULTS.parent / f"{case}.json").read_text())
     measured = next(p for p in result["profiles"] if p["batch"] == 1)["kernels_per_step"]
-    # the run's MoE backend where it named one (the probe's JSON since 2026-11-28; its command line before)
-    moe_backend = result.get("moe_backend") or next(
-        (arg.split("=", 1)[1] for arg in result["command"].split() if arg.startswith("--moe-backend=")), None)
-    profile = estimate_kernels(load_inventory(str(ROOT / PROFILED[case])), None, moe_backend)
+    import eager_python  # benchmarks/gpu_vllm/eager_python.py: the run's MoE backend, where it named one
+
+    profile = estimate_kernels(load_inventory(str(ROOT / PROFILED[case])), None, eager_python.moe_backend_of(result))
     estimate = profile.kernels_per_token if result["mode"] == "graphs" else profile.eager_kernels_per_token
     assert estimate == pytest.approx(measured, rel=0.04)
 

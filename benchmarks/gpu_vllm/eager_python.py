@@ -59,14 +59,17 @@ def _batch1_ms(result: dict) -> float:
     return next(row["step_ms"] for row in result["decode"] if row["batch"] == 1)
 
 
+def moe_backend_of(result: dict) -> str | None:
+    """The MoE backend a probe run named: its JSON's since 2026-11-28's second start, its command line's before."""
+    return result.get("moe_backend") or next(
+        (arg.split("=", 1)[1] for arg in result["command"].split() if arg.startswith("--moe-backend=")), None)
+
+
 def _counts(result: dict) -> tuple[str, float, float, int]:
     """(model type, counted launches without the MoE layers' Python, their Python now, MoE layers)."""
     folder = REPO / result["config"]  # the run's config folder, in this repository
     inventory = load_inventory(str(folder), config_only=True)
-    # the probe's JSON names the backend since 2026-11-28's second start; its command line before
-    moe_backend = result.get("moe_backend") or next(
-        (arg.split("=", 1)[1] for arg in result["command"].split() if arg.startswith("--moe-backend=")), None)
-    profile = estimate_kernels(inventory, None, moe_backend)
+    profile = estimate_kernels(inventory, None, moe_backend_of(result))
     moe = [c for c in profile.counts if c.role == "moe_experts"]
     launches = sum(c.eager + c.host_equiv for c in profile.counts if c.role != "moe_experts") \
         + sum(c.eager for c in moe)
