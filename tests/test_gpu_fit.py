@@ -295,3 +295,31 @@ def test_gpt_oss_marlin_eager_python_is_the_mean_of_its_steps():
         return abs(s.cost_us * (s.launches + per_layer_python * s.moe_layers) / 1e3 / s.step_ms - 1)
 
     assert sum(error(s, term) for s in gpt_oss) < sum(error(s, per_layer[0]) for s in gpt_oss)
+
+
+def test_a_model_family_is_its_lineage_not_its_kind():
+    """Validation leaves a model family out of the fit at once: Qwen's dense, MoE and GDN architectures are one
+    family (roofline/data/lineage.toml), Llama another though both are dense; an architecture the table does
+    not list stands alone. Leaving a family out drops every row of it and prices each with the rest."""
+    from dataclasses import replace
+
+    from roofline.predict.bands import lineage, model_family
+
+    refs = ROOT / "tests" / "reference_configs"
+    qwen = [load_inventory(str(refs / name)) for name in ("Qwen__Qwen3-8B", "Qwen__Qwen3-30B-A3B",
+                                                        "Qwen__Qwen3-Next-80B-A3B-Thinking")]
+    assert {lineage(i) for i in qwen} == {"Qwen"}
+    assert {model_family(i) for i in qwen} == {"dense", "moe", "hybrid"}
+    llama = load_inventory(str(refs / "meta-llama__Llama-3.1-8B-Instruct"))
+    assert lineage(llama) != "Qwen" and model_family(llama) == model_family(qwen[0])
+    unseen = replace(llama, shape=replace(llama.shape, model_type="granite_next"))
+    assert lineage(unseen) == "granite_next"
+
+    import validation  # benchmarks/gpu_vllm/validation.py
+
+    rows = [r for r in fit.load_rows() if fit.fitted(r)]
+    out = validation.leave_group_out(rows, lambda r: "Qwen" if r.architecture.startswith("qwen") else r.architecture)
+    qwen_rows = [r for r in rows if r.architecture.startswith("qwen")]
+    assert qwen_rows and all(id(r) in out for r in qwen_rows)
+    without = fit.fit([r for r in rows if not r.architecture.startswith("qwen")])
+    assert out[id(qwen_rows[0])] == pytest.approx(without.predict_ms(qwen_rows[0]) / qwen_rows[0].measured_ms - 1)

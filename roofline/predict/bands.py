@@ -82,6 +82,13 @@ def model_family(inventory: Inventory) -> str:
     return "dense"
 
 
+def lineage(inventory: Inventory) -> str:
+    """The model family an architecture belongs to by descent (roofline/data/lineage.toml: Qwen's dense, MoE and
+    GDN models are one): what validation leaves out of the fit at once. Unlisted: its model_type alone."""
+    model_type = inventory.shape.model_type or "unknown"
+    return load_table("lineage")["family"].get(model_type, model_type)
+
+
 def layouts(inventory: Inventory) -> set[str]:
     """What a model's layers are made of, beyond its family, that moves the step model's error: an MLA latent KV
     cache, sliding-window attention, a GDN or Mamba mixer."""
