@@ -10,7 +10,9 @@
 #   benchmarks/gpu_vllm/run_probe.sh calibrate [ARGS...]  (roofline calibrate --engine vllm ARGS as a user
 #       runs it; carry .whl/roofline-deps too: roofline's own pure-Python requirements the image lacks)
 # A case is NAME:CONFIG:MODE[:QUANTIZATION[:PROBE ARGS]] (the args: probe.py options, no spaces inside one,
-# e.g. --profile-batches=1,32 --hf-overrides={"num_hidden_layers":4}); results land in $OUT/NAME.json and NAME.log.
+# e.g. --profile-batches=1,32 --hf-overrides={"num_hidden_layers":4}); results land in $OUT/NAME.json and NAME.log,
+# and everything the case printed in $OUT/NAME.out (with --tensor-parallel-size the workers' start-up lines are there
+# only: they log from their own processes).
 set -euo pipefail
 mkdir -p /tmp/parts
 for part in .whl/vllm-site/part*; do [ -f "$part" ] && cp "$part" /tmp/parts/; done
@@ -50,5 +52,6 @@ for case in "$@"; do
   IFS=: read -r name config mode quant extra <<<"$case"
   echo "== $name ($config, $mode${quant:+, $quant})"
   python3 benchmarks/gpu_vllm/probe.py --config "$config" --mode "$mode" ${quant:+--quantization "$quant"} \
-      --out "$OUT/$name.json" ${PROBE_ARGS:-} ${extra:-} 2>&1 | grep -v "^\s*$" | tail -n 40 || echo "case $name failed"
+      --out "$OUT/$name.json" ${PROBE_ARGS:-} ${extra:-} 2>&1 | tee "$OUT/$name.out" | grep -v "^\s*$" | tail -n 40 \
+      || echo "case $name failed"
 done

@@ -320,6 +320,8 @@ def main() -> int:
     parser.add_argument("--speculative-config", default=None,
                         help="JSON as vLLM takes it, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}': "
                              "a step is then one verify and its drafts, counted by vLLM's spec-decode counters")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1,
+                        help="vLLM's --tensor-parallel-size: ranks on this host's GPUs (its multiprocess executor)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -346,7 +348,7 @@ def main() -> int:
               max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs or max(batches),
               quantization=args.quantization,
               **({"gpu_memory_utilization": args.gpu_memory_utilization} if args.gpu_memory_utilization else {}),
-              kv_cache_dtype=args.kv_cache_dtype, seed=0,
+              kv_cache_dtype=args.kv_cache_dtype, seed=0, tensor_parallel_size=args.tensor_parallel_size,
               # the same prompts run again: a prefix-cache hit would shorten one run's prefill only
               # (unless every run hits it: --prefix-caching, after the warm-up run)
               enable_prefix_caching=args.prefix_caching,
@@ -431,6 +433,8 @@ def main() -> int:
         "speculative_runs": spec_runs,
         "additional_config": json.loads(args.additional_config) if args.additional_config else None,
         "moe_backend": args.moe_backend,
+        "tensor_parallel_size": args.tensor_parallel_size,
+        "gpus": torch.cuda.device_count() if cuda else 0,
         "attention_backend": args.attention_backend,
         "language_model_only": args.language_model_only,
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
