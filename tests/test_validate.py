@@ -434,3 +434,27 @@ def test_a_band_widens_for_what_no_validated_model_had():
     dense = json.loads(run("audit", ref / "Qwen__Qwen3-8B", "--config-only", "--hardware", "h200",
                            "--json").out)["expected_band"]
     assert dense["widened"] == [] and dense["error"] == dense["class_error"]
+
+
+def test_a_band_widens_for_a_concurrency_its_class_never_ran():
+    """#43: on GB10 the dense class rests on single-stream seeds; a dense model priced at 10 streams gets that
+    class's band widened by the novelty error, saying so, where one stream keeps the class's own; a family whose
+    points ran 2-16 streams (the hybrids of the fit set) is not widened at 10."""
+    import tomllib
+
+    from inprocess import run
+
+    novelty = tomllib.loads((ROOT / "roofline" / "data" / "validation.toml").read_text())["novelty"]["error"]
+    ref = ROOT / "tests" / "reference_configs"
+
+    def band(model, *args):
+        ran = run("audit", ref / model, "--config-only", "--hardware", "gb10", "--json", *args)
+        assert ran.returncode == 0, ran.err
+        return json.loads(ran.out)["expected_band"]
+
+    one, ten = band("Qwen__Qwen3-8B"), band("Qwen__Qwen3-8B", "--batch", "10")
+    assert one["widened"] == [] and one["streams"] == "1"
+    assert ten["error"] == pytest.approx(one["error"] + novelty)
+    assert "10 streams, where the class's points ran 1" in ten["text"]
+    hybrid = band("nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "--batch", "10")
+    assert hybrid["streams"] == "2-16" and not any("streams" in w["why"] for w in hybrid["widened"])

@@ -259,7 +259,8 @@ def build() -> tuple[str, str]:
     novelty = _ceil(quantile(unseen))
     lines += [
         "- **What no validated model had** (a format, an attention layout -- MLA, sliding windows -- or a recurrent",
-        f"  mixer no model of the class ran) widens the band by ±{100 * novelty:.0f}%, named beside it: 90% of the",
+        "  mixer no model of the class ran, or a concurrency its points never ran on the GPU: GB10's dense seeds are",
+        f"  single streams) widens the band by ±{100 * novelty:.0f}%, named beside it: 90% of the",
         f"  {len(unseen)} H200 graph-mode errors with the point's whole model family (lineage.toml) left out of the fit.",
         "",
     ]

@@ -139,7 +139,7 @@ class Band:
                     f"host time sets: {self.points} such points of every family")
         else:
             text = (f"±{100 * self.error:.0f}% ({where}, vLLM {self.vllm_version}, {self.mode}{streams}, {self.points} "
-                    f"{self.family} points in {', '.join(self.formats)}")
+                    f"{self.family} point{'s' if self.points != 1 else ''} in {', '.join(self.formats)}")
         if self.widened:
             text += f": ±{100 * self.class_error:.0f}% there, " + ", ".join(
                 f"+{100 * by:.0f}% {why}" for why, by in self.widened)
@@ -246,6 +246,10 @@ def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str
         + sorted(layouts(inventory) - set(chosen.get("layouts", layouts(inventory))))
     if unseen and "novelty" in table:
         widened.append((f"what no validated model of the class had: {', '.join(unseen)}", table["novelty"]["error"]))
+    if not _streams_cover(chosen, batch) and "novelty" in table:
+        # a concurrency no validated model of the family ran on this GPU (GB10's dense seeds are single streams):
+        # its steps read the KV and run the attention of many streams, which no point of the class measured here
+        widened.append((f"{batch} streams, where the class's points ran {chosen['streams']}", table["novelty"]["error"]))
     if not graphs and not (exact and chosen.get("host_measured", False)):
         spread = table["host_spread"]
         widened.append((f"another host ({spread['what']}; `roofline calibrate --engine vllm` narrows it)",
