@@ -453,8 +453,33 @@ def test_a_band_widens_for_a_concurrency_its_class_never_ran():
         return json.loads(ran.out)["expected_band"]
 
     one, ten = band("Qwen__Qwen3-8B"), band("Qwen__Qwen3-8B", "--batch", "10")
-    assert one["widened"] == [] and one["streams"] == "1"
+    assert one["streams"] == "1" and not any("streams" in w["why"] for w in one["widened"])
     assert ten["error"] == pytest.approx(one["error"] + novelty)
     assert "10 streams, where the class's points ran 1" in ten["text"]
     hybrid = band("nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "--batch", "10")
     assert hybrid["streams"] == "2-16" and not any("streams" in w["why"] for w in hybrid["widened"])
+
+
+def test_bf16_weights_are_new_to_a_class_that_never_ran_them():
+    """#43: GB10's MoE class ran MXFP4 experts on Marlin alone: a BF16 MoE there (Triton's fused MoE) gets the
+    class's band widened for its weights; on the H200, whose classes ran BF16, the same model is not. A plan's
+    band and ties are its leading row's (the JSON marks it), widened for that row's weights, not the base's."""
+    from inprocess import run
+
+    ref = ROOT / "tests" / "reference_configs"
+
+    def band(model, hardware):
+        ran = run("audit", ref / model, "--config-only", "--hardware", hardware, "--json")
+        assert ran.returncode == 0, ran.err
+        return json.loads(ran.out)["expected_band"]
+
+    gb10 = band("Qwen__Qwen3-30B-A3B", "gb10")
+    assert any("bf16 weights" in w["why"] for w in gb10["widened"]) and "bf16 weights" in gb10["text"]
+    assert not any("weights" in w["why"] for w in band("Qwen__Qwen3-30B-A3B", "h200")["widened"])
+    plan = json.loads(run("plan", ref / "Qwen__Qwen3-30B-A3B", "--hardware", "gb10", "--formats",
+                          "bf16,nvfp4-w4a16", "--json").out)
+    [lead] = [r for r in plan["recommendations"] if r["leads"]]
+    assert lead["format"] == "nvfp4-w4a16"  # the fastest row at one stream: 4-bit experts, a quarter of the bytes
+    # the class ran neither: the band is widened for the leading row's weights, not the base's
+    assert "nvfp4-w4a16 weights" in plan["band"]["text"] and "bf16 weights" not in plan["band"]["text"]
+    assert plan["tie_tolerance"] == pytest.approx(plan["band"]["error"])

@@ -108,6 +108,7 @@ class Recommendation:
     decided_by: str = ""  # the evidence that put this one first in its tie
     given: bool = False  # the checkpoint the user gave, priced as it is (not a simulated format)
     load: RowLoad | None = None  # the row under the plan's load, when one is asked for
+    leads: bool = False  # the fastest row before ties were broken: the plan's band and tie tolerance are its
 
     def serve_command(self) -> str:
         env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(self.env.items()))
@@ -127,6 +128,7 @@ class Recommendation:
             "fits": self.fits, "kv_cache_dtype": self.kv_cache_dtype, "flags": list(self.flags),
             "env": dict(self.env), "reasons": list(self.reasons), "checkpoint": self.checkpoint,
             "quantize_with": self.quantize_with, "serve_command": self.serve_command(), "given": self.given,
+            "leads": self.leads,
         }
         if self.tensor_parallel is not None:
             out["tensor_parallel"] = self.tensor_parallel
@@ -294,13 +296,15 @@ def recommend(base: Inventory, hardware: Hardware, workload: Workload, formats: 
         key = lambda r: (r.fits and r.load.keeps, r.load.merit, r.single_stream_tok_s)  # noqa: E731
     results.sort(key=key, reverse=True)
     evidence = evidence or Evidence.gather(base_model_name(base.model_id), hardware.key)
-    tol, _ = tie_tolerance(base, hardware, workload)
+    if results:
+        results[0].leads = True
+    tol, _ = tie_tolerance(base, hardware, workload, results[0] if results else None)
     results = break_ties(results, key, evidence, tol)
     for i, rec in enumerate(results, 1):
         rec.rank = i
     top = results[0] if results else None
     if top is not None and top.decided_by:
-        top.reasons.insert(0, f"a tie within ±{100 * tol:.0f}% (the model's validated error here) with "
+        top.reasons.insert(0, f"a tie within ±{100 * tol:.0f}% (the leading row's validated error here) with "
                               f"{', '.join(top.tied_with)}; decided by: {top.decided_by}")
     return results, list(dict.fromkeys(notes))  # a format under several recipes says its note once
 
@@ -352,10 +356,18 @@ def _check_split(base: Inventory, hardware: Hardware, workload: Workload) -> Non
         tensor_parallel_placement(hardware, workload.tp, workload.link)  # the link refuses it in one line
 
 
-def tie_tolerance(base: Inventory, hardware: Hardware, workload: "Workload") -> tuple[float, str]:
-    """The tie tolerance of this plan: the validated band of its class (family, device, mode, format,
-    concurrency), ties.tolerance."""
-    return tolerance(band_for(base, hardware, graphs=workload.graphs, batch=workload.concurrency))
+def plan_band(base: Inventory, hardware: Hardware, workload: "Workload", lead: "Recommendation | None"):
+    """The band a plan's figures carry: its class's (family, device, mode, concurrency) for the weights of the row
+    it leads with (the base's own where it has none): the rows differ in format, which is what a plan compares,
+    and two rows tie within the leading row's error."""
+    return band_for(base, hardware, graphs=workload.graphs, batch=workload.concurrency,
+                    fmt=lead.format if lead is not None else None)
+
+
+def tie_tolerance(base: Inventory, hardware: Hardware, workload: "Workload",
+                  lead: "Recommendation | None") -> tuple[float, str]:
+    """The tie tolerance of this plan: the validated band of its leading row (plan_band), ties.tolerance."""
+    return tolerance(plan_band(base, hardware, workload, lead))
 
 
 def _without_copies_of_given(results: list[Recommendation]) -> list[Recommendation]:
@@ -512,6 +524,11 @@ class Plan:
         return self.recommendations[0] if self.recommendations else None
 
     @property
+    def lead(self) -> Recommendation | None:
+        """The row the plan's band is for (Recommendation.leads)."""
+        return next((r for r in self.recommendations if r.leads), self.top)
+
+    @property
     def pick_at_one(self) -> Recommendation | None:
         """What one stream would pick (fastest single stream among the rows that fit)."""
         fitting = [r for r in self.recommendations if r.fits] or self.recommendations
@@ -534,7 +551,7 @@ class Plan:
 
     def to_json(self) -> dict:
         inv, hw, w = self.inventory, self.hardware, self.workload
-        tol, tol_source = tie_tolerance(inv, hw, w)
+        tol, tol_source = tie_tolerance(inv, hw, w, self.lead)
         return {
             "schema": SCHEMA, "roofline_version": __version__, "model": inv.model_id, "source": inv.source,
             "architecture": inv.shape.architecture,
@@ -551,7 +568,7 @@ class Plan:
                 for s in self.simulated
             ],
             "recommendations": [r.to_json() for r in self.recommendations],
-            "band": band_json(band_for(inv, hw, graphs=w.graphs, batch=w.concurrency)),
+            "band": band_json(plan_band(inv, hw, w, self.lead)),
             "top_pick": self.top.to_json() if self.top else None,
             "pick_at_one": ({"format": self.pick_at_one.format, "recipe": self.pick_at_one.recipe,
                              "single_stream_tok_s": self.pick_at_one.single_stream_tok_s}

@@ -184,16 +184,18 @@ def _best(entries: list[dict], fmt: str, batch: int) -> dict | None:
     return max(entries, key=lambda e: e["error"]) if entries else None
 
 
-def band_for(inventory: Inventory, hardware: Hardware, graphs: bool, batch: int = 1, regime: str = "") -> Band | None:
+def band_for(inventory: Inventory, hardware: Hardware, graphs: bool, batch: int = 1, regime: str = "",
+             fmt: str | None = None) -> Band | None:
     """The band of the class (hardware, mode, family, format, streams, regime: step_regime of the priced step);
     else of the same mode and family on a validated GPU of the same architecture generation (compute capability
     major), else on any validated GPU, either widened by the transfer error; in eager mode off the measured host,
-    widened by the host spread. None: no class of this family and mode was validated anywhere."""
+    widened by the host spread. `fmt`: the weights the band is for (a plan's leading row), else the inventory's.
+    None: no class of this family and mode was validated anywhere."""
     family, mode = model_family(inventory), "graphs" if graphs else "eager"
     own = _calibrated_band(hardware, family, mode)
     if own is not None:
         return own
-    band = _table_band(inventory, hardware, family, mode, batch, regime)
+    band = _table_band(inventory, hardware, family, mode, batch, regime, fmt)
     if band is not None and hardware.bands:  # a calibrated entry that never ran this class says so
         band = replace(band, note=f"{hardware.key} was calibrated on "
                                   f"{', '.join(f'{b.family} {b.mode}' for b in hardware.bands)}, never {family} {mode}")
@@ -220,14 +222,14 @@ def _calibrated_band(hardware: Hardware, family: str, mode: str) -> Band | None:
 
 
 def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str, batch: int,
-                regime: str = "") -> Band | None:
+                regime: str = "", fmt: str | None = None) -> Band | None:
     graphs = mode == "graphs"
     table = load_table("validation")
     bands = table.get("band", [])
     # a step the host's time sets takes the host regime's class (every family's such points) where one was measured
     entries = [e for e in bands if e.get("regime", "") == regime and regime and e["mode"] == mode] or \
         [e for e in bands if e["family"] == family and e["mode"] == mode and not e.get("regime")]
-    fmt = inventory.main_format()
+    fmt = fmt or inventory.main_format()
     exact = [e for e in entries if e["hardware"] == hardware.key]
     generation = (hardware.compute_capability or "").split(".")[0]
     near = [e for e in entries if generation and e["compute_capability"].split(".")[0] == generation]
@@ -240,9 +242,10 @@ def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str
         transfer = table["transfer"]
         widened.append((f"another GPU ({transfer['what']})", transfer["error"]))
     # the weights' format, by family (the class's backend is named beside it)
-    seen_formats = {weight_family(f) for f in chosen["formats"]}
-    unseen = ([f"{fmt} weights"] if weight_family(fmt) not in seen_formats and fmt not in ("bf16", "fp16", "fp32")
-              else []) \
+    # 16-bit weights are no exception: GB10's MoE class ran MXFP4 experts on Marlin alone, its dense class FP8 and
+    # NVFP4 seeds, so a BF16 model there runs GEMMs no point of its class measured
+    seen_formats = {_stored(f) for f in chosen["formats"]}
+    unseen = ([f"{fmt} weights"] if _stored(fmt) not in seen_formats else []) \
         + sorted(layouts(inventory) - set(chosen.get("layouts", layouts(inventory))))
     if unseen and "novelty" in table:
         widened.append((f"what no validated model of the class had: {', '.join(unseen)}", table["novelty"]["error"]))
@@ -257,6 +260,12 @@ def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str
     return Band(chosen["error"] + sum(by for _, by in widened), family, mode, chosen["hardware"], bool(exact),
                 chosen["points"], chosen["vllm_version"], chosen["basis"], tuple(chosen["formats"]),
                 chosen.get("streams", ""), tuple(widened), regime=chosen.get("regime", ""))
+
+
+def _stored(fmt: str) -> str:
+    """The weights a format stores, as a class's formats are compared: one family for NVFP4 W4A4 / W4A16
+    (weight_family), one for the 16-bit floats."""
+    return "bf16" if fmt in ("bf16", "fp16") else weight_family(fmt)
 
 
 def spread(error: float) -> str:

@@ -1,9 +1,9 @@
 """Terminal presentation of a plan: simulated formats, the ranked table, the top pick."""
 from __future__ import annotations
 
-from roofline.advise.recommend import tie_tolerance
+from roofline.advise.recommend import plan_band, tie_tolerance
 from roofline.advise.ties import tie_marks
-from roofline.predict.bands import band_for, band_text
+from roofline.predict.bands import band_text
 from roofline.model.formats import format_label
 from roofline.units import human_bytes
 
@@ -97,17 +97,17 @@ def render_plan(plan, top: int = 12, wide: bool = False) -> str:
     numeric = {0, 4, 5, 7} | ({9, 10, 11, 12} if load is not None else set())
     table, dropped = fitted_table(rows, numeric, width, _drop_first(w.concurrency), indent=2)
     lines += ["  " + line for line in table]
-    lines += wrapped(f"tok/s validated {band_text(band_for(inv, hw, graphs=w.graphs, batch=w.concurrency))}", width, "  ")
+    lines += wrapped(f"tok/s validated {band_text(plan_band(inv, hw, w, plan.lead))}", width, "  ")
     dropped = dropped_simulated + dropped
     if dropped:
         lines += wrapped(f"({', '.join(dropped)} left out to fit the terminal; --wide shows every column)", width,
                          "  ", " ")
     if groups:
-        tol, _ = tie_tolerance(plan.inventory, plan.hardware, plan.workload)
+        tol, _ = tie_tolerance(plan.inventory, plan.hardware, plan.workload, plan.lead)
         spans = "; ".join(_tie_span(label, [r for r in plan.recommendations[:top] if r.tie_group == group], w)
                           for group, label in groups.items())
         lines += wrapped(f"{', '.join(groups.values())}: ties, each within {100 * tol:.0f}% of its best row (the "
-                         f"model's validated error here), ordered by evidence ({spans})", width, "  ")
+                         f"leading row's validated error here), ordered by evidence ({spans})", width, "  ")
     best = plan.top
     if best is not None:
         lines += ["", f"top pick: {format_label(best.format)}, recipe {best.recipe}, {best.backend.name}"]
