@@ -173,3 +173,23 @@ def test_audit_uses_the_model(dense_nvfp4):
     payload = result.to_json()
     assert payload["cuda_graph"]["graph_tok_s"] == pytest.approx(payload["expected_tok_s"])
     assert payload["step"]["aggregate_tok_s"] == pytest.approx(payload["expected_tok_s"])
+
+
+def test_an_eager_stage_overlaps_its_host_and_gpu_as_a_whole():
+    """vLLM launches eager kernels without waiting: through a layer whose kernels are slow the host runs ahead,
+    through one whose are small the GPU waits. A stage takes the longer of its two totals (what both fits price),
+    not the sum of each layer's longer one; with CUDA graphs each segment's own time."""
+    from roofline.predict.step import Segment, stage_parts, stage_seconds
+
+    slow_kernels = Segment(0, "layer", 0, memory_s=3e-3, floor_s=1e-4, host_s=1e-3)   # the GPU's layer
+    small_kernels = Segment(1, "layer", 0, memory_s=5e-4, floor_s=1e-4, host_s=2e-3)  # the host's layer
+    stage = [slow_kernels, small_kernels]
+    assert stage_seconds(stage, graphs=False) == pytest.approx(max(3.1e-3 + 6e-4, 3e-3))
+    assert stage_seconds(stage, graphs=False) < sum(s.seconds(False) for s in stage)
+    assert stage_seconds(stage, graphs=True) == pytest.approx(sum(s.seconds(True) for s in stage))
+    host_bound = [small_kernels, small_kernels]  # 4 ms of launches against 1.2 ms on the GPU
+    assert stage_seconds(host_bound, graphs=False) == pytest.approx(4e-3)
+    assert stage_parts(host_bound, graphs=False)["launch"] == pytest.approx(4e-3)
+    assert sum(stage_parts(stage, graphs=False).values()) == pytest.approx(stage_seconds(stage, graphs=False))
+    # counted segments (the load model's pricer): the same arithmetic, each one times its count
+    assert stage_seconds([small_kernels], False, counts=[2]) == pytest.approx(4e-3)

@@ -61,10 +61,12 @@ class Cause:
     fix: str
     expected_gain_tok_s: float  # on top of the causes ranked above it (configuration causes)
     alone_gain_tok_s: float  # if it were the only fix
+    joint_with: str | None = None  # a fix that pays only together with this one (two limits bind at once)
 
     def to_json(self) -> dict:
         return {"id": self.id, "kind": self.kind, "evidence": self.evidence, "fix": self.fix,
-                "expected_gain_tok_s": self.expected_gain_tok_s, "alone_gain_tok_s": self.alone_gain_tok_s}
+                "expected_gain_tok_s": self.expected_gain_tok_s, "alone_gain_tok_s": self.alone_gain_tok_s,
+                "joint_with": self.joint_with}
 
 
 @dataclass
@@ -245,6 +247,25 @@ def _tok_s_after(fix: Fix, inventory: Inventory, serving: Serving, hardware: Har
     return predict(fixed_inventory, hardware, fixed_serving).tok_s
 
 
+def _joint_fixes(fixes: list[Fix], inventory: Inventory, serving: Serving, hardware: Hardware, tok_s: float,
+                 floor: float) -> tuple[Fix, Fix] | None:
+    """The two fixes that gain most applied together, where that is worth a fix and neither alone is (the caller
+    found no single one), ordered so that the first gains the more on its own; None where no pair pays."""
+    best = None
+    for i, a in enumerate(fixes):
+        for b in fixes[i + 1:]:
+            inv, cfg = a.apply(inventory, serving)
+            inv, cfg = b.apply(inv, cfg)
+            gain = predict(inv, hardware, cfg).tok_s - tok_s
+            if gain >= floor and (best is None or gain > best[0]):
+                best = (gain, a, b)
+    if best is None:
+        return None
+    _, a, b = best
+    a_first = _tok_s_after(a, inventory, serving, hardware) >= _tok_s_after(b, inventory, serving, hardware)
+    return (a, b) if a_first else (b, a)
+
+
 def diagnose(inventory: Inventory, hardware: Hardware, serving: Serving, measured_tok_s: float | None,
              ctx: Context) -> Diagnosis:
     here = predict(inventory, hardware, serving)
@@ -257,8 +278,21 @@ def diagnose(inventory: Inventory, hardware: Hardware, serving: Serving, measure
     while remaining:
         gains = [(_tok_s_after(fix, inv, cfg, hardware) - tok_s, n) for n, fix in enumerate(remaining)]
         gain, n = max(gains, key=lambda item: (item[0], -item[1]))
-        if gain < floor:  # a change that buys nothing worth printing (+0.0 tok/s) is no fix
-            break
+        if gain < floor:  # a change that buys nothing worth printing (+0.0 tok/s) is no fix ...
+            pair = _joint_fixes(remaining, inv, cfg, hardware, tok_s, floor)
+            if pair is None:
+                break
+            # ... unless it pays together with another: two limits bind at once (eager launches and an emulated
+            # kernel: either alone leaves the other setting the pace), the pair goes next, in its better order
+            first, second = pair
+            for fix, partner in ((first, second), (second, None)):
+                remaining.remove(fix)
+                inv, cfg = fix.apply(inv, cfg)
+                after = predict(inv, hardware, cfg).tok_s
+                causes.append(Cause(fix.id, "configuration", fix.evidence, _fix_text(fix), after - tok_s,
+                                    alone[id(fix)], partner.id if partner else None))
+                tok_s = after
+            continue
         fix = remaining.pop(n)
         inv, cfg = fix.apply(inv, cfg)
         after = predict(inv, hardware, cfg).tok_s

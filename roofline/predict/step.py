@@ -20,6 +20,8 @@ lm_head, MTP head and the step's own kernels on the last), and every segment cos
                + attention over the context
     graphs:  max(memory, compute) + kernels x graph floor                      + collectives
     eager:   max(max(memory, compute) + kernels x graph floor, kernels x host cost) + collectives
+             (over a pipeline stage's layers at once: the host runs ahead of the GPU through slow layers and falls
+             behind through quick ones, stage_seconds)
 
 With CUDA graphs a step also takes at least the engine's host time per step (scheduling, input preparation,
 output processing: fixed + per request the step holds, launch.toml [step_host]): vLLM's async scheduling forms
@@ -231,6 +233,46 @@ class Segment:
         return parts
 
 
+def stage_seconds(segments, graphs: bool, memory: list[float] | None = None,
+                  counts: list[float] | None = None) -> float:
+    """A pipeline stage's time from its segments (`counts`: how many times each is there; `memory`: each one's
+    memory time at another efficiency). With CUDA graphs, each segment's own. Eager, the host's launches and the
+    GPU's kernels of the whole stage overlap: vLLM launches without waiting, so the host runs ahead through a layer
+    whose kernels are slow and the GPU catches up through one whose are small; the longer total sets the pace, the
+    collectives add (the model's own formula above, and the one the fits' rows price: live/engine_fit.Row)."""
+    counts = counts or [1.0] * len(segments)
+    memory = memory or [None] * len(segments)
+    if graphs:
+        return sum(n * s.seconds(True, m) for s, n, m in zip(segments, counts, memory))
+    device = sum(n * (max(s.memory_s if m is None else m, s.compute_s) + s.floor_s)
+                 for s, n, m in zip(segments, counts, memory))
+    host = sum(n * (s.host_s + s.scan_host_s) for s, n in zip(segments, counts))
+    return max(device, host) + sum(n * s.comm_s for s, n in zip(segments, counts))
+
+
+def stage_parts(segments, graphs: bool) -> dict[str, float]:
+    """A stage's seconds as additive parts (stage_seconds's): the roof that binds each segment and its launches,
+    or, eager and host-bound, the host's launches; the collectives."""
+    parts = {"memory": 0.0, "compute": 0.0, "launch": 0.0, "communication": 0.0}
+    host = sum(s.host_s + s.scan_host_s for s in segments)
+    device = sum(max(s.memory_s, s.compute_s) + s.floor_s for s in segments)
+    if not graphs and host > device + 1e-15:  # the host cannot issue the stage's kernels fast enough
+        parts["launch"] = host
+        parts["communication"] = sum(s.comm_s for s in segments)
+        return parts
+    for segment in segments:
+        if graphs:
+            for name, seconds in segment.parts(True).items():
+                parts[name] += seconds
+            continue
+        # eager and the GPU's pace: each segment's roof and kernel floor (stage_seconds's device total)
+        parts["memory" if segment.memory_s >= segment.compute_s else "compute"] += max(segment.memory_s,
+                                                                                      segment.compute_s)
+        parts["launch"] += segment.floor_s
+        parts["communication"] += segment.comm_s
+    return parts
+
+
 @dataclass
 class ReplicaStep:
     """One step of one data-parallel replica holding `batch` sequences."""
@@ -246,7 +288,7 @@ class ReplicaStep:
     host_overlaps: bool = True  # async scheduling: the host's time overlaps the GPU's (else it adds to it)
 
     def stage_seconds(self, graphs: bool) -> list[float]:
-        return [sum(s.seconds(graphs) for s in stage) for stage in self.stages]
+        return [stage_seconds(stage, graphs) for stage in self.stages]
 
     def round_trip_s(self, graphs: bool) -> float:
         return sum(self.stage_seconds(graphs)) + (self.handoff.seconds if self.handoff else 0.0)
@@ -390,7 +432,7 @@ class StepTime:
                        (s.bytes - s.backend_weight_bytes) / bandwidth + s.backend_weight_bytes / rate)
                       + s.attention_kernel_s for s in step.segments]
             index = iter(memory)
-            stages = [sum(s.seconds(graphs, next(index)) for s in stage) for stage in step.stages]
+            stages = [stage_seconds(stage, graphs, [next(index) for _ in stage]) for stage in step.stages]
             hand = step.handoff.seconds_each if step.handoff else 0.0
             period = host_floor(max(sum(stages) + (step.handoff.seconds if step.handoff else 0.0),
                                     step.micro_batches * (max(stages) + hand)), step.host_s, graphs,
@@ -441,8 +483,8 @@ class StepTime:
         graphs = self.config.graphs if graphs is None else graphs
         step = self.main
         parts = {"memory": 0.0, "compute": 0.0, "launch": 0.0, "communication": 0.0}
-        for segment in step.segments:
-            for name, seconds in segment.parts(graphs).items():
+        for stage in step.stages:
+            for name, seconds in stage_parts(stage, graphs).items():
                 parts[name] += seconds
         if step.handoff:
             parts["communication"] += step.handoff.seconds
@@ -650,8 +692,8 @@ class StepPricer:
         replica = _fill(self._terms, config, decodes)
         if self._terms.stages > 1:
             return self.scale * replica.period_s(self.graphs)
-        device = sum(self._counts[(segment.where, segment.layer)] * segment.seconds(self.graphs)
-                     for segment in replica.segments)
+        device = stage_seconds(replica.segments, self.graphs,
+                               counts=[self._counts[(segment.where, segment.layer)] for segment in replica.segments])
         return self.scale * host_floor(device, replica.host_s, self.graphs, replica.host_overlaps)
 
 

@@ -28,9 +28,14 @@ def step_made_of(step) -> str:
                          f"{step.costs.graph_floor_us_per_kernel:g} us, CUDA graphs)")
         else:
             python = sum(s.host_equiv for s in step.main.segments)
-            extra = f" + {python:.0f} launches' worth of MoE / Mamba Python" if python >= 0.5 else ""
-            parts.append(f"host {milliseconds(b.launch_s * 1e3)} ({b.kernels:.0f} kernels{extra} x "
-                         f"{step.costs.host_us_per_kernel:g} us, eager)")
+            extra = f" + {python:.0f} launches' worth of layers' Python" if python >= 0.5 else ""
+            host = f"{b.kernels:.0f} kernels{extra} x {step.costs.host_us_per_kernel:g} us, eager"
+            if b.launch_s >= b.launch_time_s - 1e-12:  # the host's launches set the pace
+                parts.append(f"host {milliseconds(b.launch_s * 1e3)} ({host})")
+            else:  # the GPU's: the host launches ahead of it (predict/step.stage_seconds)
+                parts.append(f"launches {milliseconds(b.launch_s * 1e3)} ({b.kernels:.0f} kernels x "
+                             f"{step.costs.graph_floor_us_per_kernel:g} us; the host's "
+                             f"{milliseconds(b.launch_time_s * 1e3)}, {host}, runs ahead of the GPU)")
     if b.communication_s > 0:
         parts.append(f"collectives {milliseconds(b.communication_s * 1e3)}")
     if b.host_s > 0:

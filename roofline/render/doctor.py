@@ -105,7 +105,9 @@ def render_doctor(payload: dict) -> str:
     lines.append(f"  {payload['verdict']}")
     if payload["causes"]:
         rows = [[str(i), c["id"], f"+{c['expected_gain_tok_s']:.1f}" if c["kind"] == "configuration"
-                 else f"({c['expected_gain_tok_s']:.1f})", c["fix"], c["evidence"]]
+                 else f"({c['expected_gain_tok_s']:.1f})",
+                 c["fix"] + (f" (pays with #{i + 1}: alone, the other limit binds)" if c.get("joint_with") else ""),
+                 c["evidence"]]
                 for i, c in enumerate(payload["causes"], 1)]
         lines.append("")
         lines += ["  " + line for line in text_table([["#", "cause", "tok/s", "fix", "evidence"], *rows], right={0, 2})]
