@@ -1,12 +1,14 @@
-"""The host's Python of a MoE layer under --enforce-eager, fitted on eager steps from several machine starts.
+"""The host's Python of a layer under --enforce-eager beyond its launches, fitted on eager steps from several
+machine starts: gpt-oss's MoE layer on Marlin (kernels.toml [[moe]] mxfp4 / marlin) and Gemma 4's decoder layer
+(kernels.toml [layer.gemma4_dense], and [layer.gemma4] for its MoE model, which no start with a host check ran).
 
 An eager decode step is host-bound: its time is the launches the host makes (roofline/data/kernels.toml's
 eager counts) plus a layer's Python beyond them, both at the host's cost per launch. That cost moves between
 machine starts by up to ~40% (launch.toml [host.x86_server]), so each start ran Qwen3-8B eager too, and its
-step (the model's 560.5 launches) gives that start's cost per launch. A step of a model with L MoE layers and
+step (the model's 560.5 launches) gives that start's cost per launch. A step of a model with L such layers and
 K counted launches then gives the layer's Python in launches' worth: (step / cost - K) / L. The table's figure
-is the mean over every step (the starts' spread is the error said beside it); a model of another family run
-on the same starts checks the counts it never fitted.
+is the mean over the family's steps (the starts' spread is the error said beside it); a model of another family
+run on the same starts checks the counts it never fitted.
 
     .venv/bin/python benchmarks/gpu_vllm/eager_python.py          # the table, and the fitted term
 """
@@ -35,8 +37,16 @@ STARTS = {
     "2026-11-28 c": (["vllm_h200_eager_hosts/q8b-cal-eager-b.json", "vllm_h200_eager_hosts/q8b-cal-eager-b2.json"],
                      ["vllm_h200_eager_hosts/gptoss20b-marlin-eager-b.json",
                       "vllm_h200_eager_hosts/gptoss120b-marlin-eager-b.json"]),
+    "2026-11-29 a": (["vllm_h200_eager_1129/q8b-eager-1129.json"],
+                     ["vllm_h200_eager_1129/gemma4-31b-eager-1129.json",
+                      "vllm_h200_eager_1129/llama8b-eager-1129.json"]),
+    "2026-11-29 b": (["vllm_h200_eager_1129/q8b-eager-1129b.json"],
+                     ["vllm_h200_eager_1129/gemma4-31b-eager-1129b.json",
+                      "vllm_h200_eager_1129/gemma4-26b-eager-1129b.json"]),
 }
-FITTED = "gpt_oss"  # the family whose Marlin MoE layer's Python this fits (kernels.toml [[moe]] mxfp4 / marlin)
+# the families whose layer Python this fits: model_type -> the kernel count (role) that carries it per layer
+TERMS = {"gpt_oss": "moe_experts", "gemma4_text": "layer_structure"}
+FITTED = "gpt_oss"  # the first: gpt-oss's Marlin MoE layer
 
 
 @dataclass
@@ -45,9 +55,9 @@ class Step:
     file: str
     model_type: str
     step_ms: float
-    launches: float  # counted launches, the fitted family's MoE Python left out
-    python: float  # the table's MoE Python now, launches' worth, whole step
-    moe_layers: int
+    launches: float  # counted launches, the fitted layer's Python left out
+    python: float  # the table's Python of those layers now, launches' worth, whole step
+    moe_layers: int  # the layers that carry it (MoE layers for gpt-oss, decoder layers for Gemma 4)
     cost_us: float  # this start's host cost per launch
 
 
@@ -66,14 +76,16 @@ def moe_backend_of(result: dict) -> str | None:
 
 
 def _counts(result: dict) -> tuple[str, float, float, int]:
-    """(model type, counted launches without the MoE layers' Python, their Python now, MoE layers)."""
+    """(model type, counted launches without the fitted layers' Python, their Python now, those layers): the
+    layers of the role TERMS names for the model's family, the MoE layers for any other."""
     folder = REPO / result["config"]  # the run's config folder, in this repository
     inventory = load_inventory(str(folder), config_only=True)
     profile = estimate_kernels(inventory, None, moe_backend_of(result))
-    moe = [c for c in profile.counts if c.role == "moe_experts"]
-    launches = sum(c.eager + c.host_equiv for c in profile.counts if c.role != "moe_experts") \
-        + sum(c.eager for c in moe)
-    return inventory.config.get("model_type", ""), launches, sum(c.host_equiv for c in moe), len(moe)
+    model_type = inventory.shape.model_type or ""
+    role = TERMS.get(model_type, "moe_experts")
+    layers = [c for c in profile.counts if c.role == role]
+    launches = sum(c.eager + c.host_equiv for c in profile.counts if c.role != role) + sum(c.eager for c in layers)
+    return model_type, launches, sum(c.host_equiv for c in layers), len(layers)
 
 
 def steps() -> list[Step]:
@@ -89,23 +101,26 @@ def steps() -> list[Step]:
     return out
 
 
-def fitted_term(table: list[Step]) -> tuple[float, list[float]]:
-    """The fitted family's MoE layer Python (launches' worth): the mean over its steps, and each step's."""
-    per_layer = [(1e3 * s.step_ms / s.cost_us - s.launches) / s.moe_layers for s in table if s.model_type == FITTED]
+def fitted_term(table: list[Step], family: str = FITTED) -> tuple[float, list[float]]:
+    """A fitted family's layer Python (launches' worth): the mean over its steps, and each step's."""
+    per_layer = [(1e3 * s.step_ms / s.cost_us - s.launches) / s.moe_layers for s in table if s.model_type == family]
     return statistics.mean(per_layer), per_layer
 
 
 def main() -> int:
     table = steps()
-    term, per_layer = fitted_term(table)
+    terms = {family: fitted_term(table, family) for family in TERMS}
     print(f"{'start':<13} {'run':<52} {'host us':>7} {'step ms':>8} {'now ms':>8} {'err':>6} {'fit ms':>8} {'err':>6}")
     for s in table:
         now = s.cost_us * (s.launches + s.python) / 1e3
-        fit = s.cost_us * (s.launches + (term * s.moe_layers if s.model_type == FITTED else s.python)) / 1e3
+        fitted = terms[s.model_type][0] * s.moe_layers if s.model_type in terms else s.python
+        fit = s.cost_us * (s.launches + fitted) / 1e3
         print(f"{s.start:<13} {s.file:<52} {s.cost_us:7.1f} {s.step_ms:8.2f} {now:8.2f} {now / s.step_ms - 1:+6.0%} "
               f"{fit:8.2f} {fit / s.step_ms - 1:+6.0%}")
-    print(f"\n{FITTED} Marlin MoE layer's eager Python: {term:.1f} launches' worth (per step: "
-          + ", ".join(f"{x:.1f}" for x in per_layer) + f"; {len(per_layer)} steps, {len(STARTS)} starts)")
+    for family, (term, per_layer) in terms.items():
+        print(f"\n{family}: a {TERMS[family]} layer's eager Python {term:.1f} launches' worth (per step: "
+              + ", ".join(f"{x:.1f}" for x in per_layer) + f"; {len(per_layer)} steps, "
+              + f"{len({s.start for s in table if s.model_type == family})} starts)")
     return 0
 
 

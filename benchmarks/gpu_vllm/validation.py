@@ -112,7 +112,8 @@ def build() -> tuple[str, str]:
     model = fit.fit(in_fit)
     # an architecture left out of the fit (fit.LEFT_OUT: its routing under dummy weights unknown) is no class's
     # point, held out or not: its one-stream steps would count its favourable backend and not the other
-    held = [r for r in rows if r.case in fit.HELD_OUT and r.architecture not in fit.LEFT_OUT]
+    held = [r for r in rows if r.case in fit.HELD_OUT and r.architecture not in fit.LEFT_OUT
+            and r.case not in fit.SET_A_TERM]
     held_out = leave_group_out(in_fit, lambda r: r.architecture)  # id(row) -> error, its architecture left out
     families = {config: family_of(config) for config in {r.config for r in rows}}  # each config read once
     lineages = {config: lineage_of(config) for config in {r.config for r in rows}}
@@ -149,7 +150,10 @@ def build() -> tuple[str, str]:
         "(not their mean): its points with their architecture left out of the fit in turn, with every architecture of",
         "their model family left out at once (`roofline/data/lineage.toml`: Qwen's dense, MoE and GDN models are one",
         "family), and the held-out cases (measured after the fit, never fitted on:",
-        f"{', '.join(sorted(fit.HELD_OUT))}). A class with fewer than {MIN_POINTS} such errors takes the quantile of the",
+        f"{', '.join(sorted(set(fit.HELD_OUT) - set(fit.SET_A_TERM)))}; measured after it but in no band: "
+        + "; ".join(f"{', '.join(sorted(c for c, w in fit.SET_A_TERM.items() if w == why))} ({why})"
+                    for why in dict.fromkeys(fit.SET_A_TERM.values()))
+        + f"). A class with fewer than {MIN_POINTS} such errors takes the quantile of the",
         "pooled class (the GPU's mode), never less than its own worst point, as marked. Coverage: how many of the",
         "class's own left-out errors the band holds. Eager bands are wide: the host's own speed moved the same case by up",
         "to 40% between two machine starts, and a MoE or Mamba layer's Python is learnt from one architecture each.",
@@ -228,7 +232,8 @@ def build() -> tuple[str, str]:
     for r in sorted(rows, key=lambda r: (r.architecture, r.case, r.batch, r.context)):
         predicted = model.predict_ms(r)
         left = f"{100 * held_out[id(r)]:+.0f}%" if id(r) in held_out else (
-            "not fitted" if r.architecture in fit.LEFT_OUT else "held out" if r.case in fit.HELD_OUT else "-")
+            "not fitted" if r.architecture in fit.LEFT_OUT else "sets a term" if r.case in fit.SET_A_TERM
+            else "held out" if r.case in fit.HELD_OUT else "-")
         lines.append(f"| {hardware.key.upper()} | {r.vllm_version} | {r.architecture} | {families[r.config]} | "
                      f"{formats[(r.config, r.quantization)]}{kv_note(r)} | {r.mode} | {r.batch} | {r.context} | {r.measured_ms:.3f} | "
                      f"{predicted:.3f} | {100 * (predicted / r.measured_ms - 1):+.1f}% | {left} |")
