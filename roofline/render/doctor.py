@@ -104,7 +104,7 @@ def render_doctor(payload: dict) -> str:
                  f"{_tok_s(payload['best_tok_s'])} tok/s")
     lines.append(f"  {payload['verdict']}")
     if payload["causes"]:
-        rows = [[str(i), c["id"], f"+{c['expected_gain_tok_s']:.1f}" if c["kind"] == "configuration"
+        rows = [[str(i), c["id"], f"{c['expected_gain_tok_s']:+.1f}" if c["kind"] == "configuration"
                  else f"({c['expected_gain_tok_s']:.1f})",
                  c["fix"] + (f" (pays with #{i + 1}: alone, the other limit binds)" if c.get("joint_with") else ""),
                  c["evidence"]]
