@@ -62,13 +62,6 @@ def family_of(config: str) -> str:
     return model_family(load_inventory(str(REPO / config)))
 
 
-def lineage_of(config: str) -> str:
-    from roofline.audit import load_inventory
-    from roofline.predict.bands import lineage
-
-    return lineage(load_inventory(str(REPO / config)))
-
-
 def leave_group_out(in_fit: list, group) -> dict[int, float]:
     """id(row) -> the row's error priced by a fit without its group (every row with its group(row) at once);
     a group whose absence leaves no point of a mode to fit gets none."""
@@ -115,8 +108,12 @@ def build() -> tuple[str, str]:
     held = [r for r in rows if r.case in fit.HELD_OUT and r.architecture not in fit.LEFT_OUT
             and r.case not in fit.SET_A_TERM]
     held_out = leave_group_out(in_fit, lambda r: r.architecture)  # id(row) -> error, its architecture left out
-    families = {config: family_of(config) for config in {r.config for r in rows}}  # each config read once
-    lineages = {config: lineage_of(config) for config in {r.config for r in rows}}
+    from roofline.audit import load_inventory
+    from roofline.predict.bands import lineage, model_family
+
+    inventories = {config: load_inventory(str(REPO / config)) for config in {r.config for r in rows}}  # read once
+    families = {config: model_family(inventory) for config, inventory in inventories.items()}
+    lineages = {config: lineage(inventory) for config, inventory in inventories.items()}
     # id(row) -> error with every architecture of its model family (lineage.toml: Qwen's dense, MoE and GDN
     # models at once) left out: the models a band speaks for are new ones of a kind the fit has seen
     family_out = leave_group_out(in_fit, lambda r: lineages[r.config])
