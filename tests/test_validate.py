@@ -436,6 +436,41 @@ def test_a_band_widens_for_what_no_validated_model_had():
     assert dense["widened"] == [] and dense["error"] == dense["class_error"]
 
 
+def test_a_band_widens_for_experts_no_validated_model_had():
+    """#43: a MoE whose routed experts are narrower or wider than every validated model of its class had (a MoE
+    kernel's rate moves with its GEMMs' width) gets the class's band widened, naming its width and the class's;
+    a model inside the class's widths keeps the class's own. The widths are read from the config: Mixtral and
+    gpt-oss name none of their own (their intermediate_size), a dense model has none."""
+    import tomllib
+
+    from inprocess import run
+    from roofline.audit import load_inventory
+
+    ref = ROOT / "tests" / "reference_configs"
+    widths = {name: load_inventory(str(ref / name)).shape.expert_width
+              for name in ("Qwen__Qwen3.6-35B-A3B", "mistralai__Mixtral-8x7B-v0.1", "openai__gpt-oss-20b",
+                           "Qwen__Qwen3-8B")}
+    assert widths == {"Qwen__Qwen3.6-35B-A3B": 512, "mistralai__Mixtral-8x7B-v0.1": 14336,
+                      "openai__gpt-oss-20b": 2880, "Qwen__Qwen3-8B": 0}
+    table = tomllib.loads((ROOT / "roofline" / "data" / "validation.toml").read_text())
+    novelty = table["novelty"]["error"]
+    nvfp4_hybrid = [b for b in table["band"] if b["hardware"] == "gb10" and b["family"] == "hybrid"
+                    and b["formats"] == ["nvfp4-w4a4"]]
+    assert nvfp4_hybrid and all(b["expert_widths"] == [1856, 1856] for b in nvfp4_hybrid)  # Nemotron-3-Nano's
+
+    def band(model):
+        ran = run("audit", ref / model, "--config-only", "--hardware", "gb10", "--json")
+        assert ran.returncode == 0, ran.err
+        return json.loads(ran.out)["expected_band"]
+
+    small = band("nvidia__Qwen3.6-35B-A3B-NVFP4")
+    assert "experts 512 wide (the class's ran 1,856)" in small["text"]
+    assert small["error"] == pytest.approx(small["class_error"] + novelty)
+    same = band("nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4")
+    assert same["widened"] == [] and same["error"] == same["class_error"]
+    assert "experts" not in band("openai__gpt-oss-120b")["text"]  # gpt-oss-20b's 2,880, as the class ran
+
+
 def test_a_band_widens_for_a_concurrency_its_class_never_ran():
     """#43: on GB10 the dense class rests on single-stream seeds; a dense model priced at 10 streams gets that
     class's band widened by the novelty error, saying so, where one stream keeps the class's own; a family whose

@@ -106,6 +106,7 @@ class Run:
     source: str
     seed: bool = False  # a seed figure (measurements.toml): another stack, used only where the bench ran nothing
     row: Row | None = None
+    inventory: object = None  # as priced (a seed's format simulated)
     backend: object = None
     family: str = ""
     predictions: dict = field(default_factory=dict)
@@ -192,7 +193,7 @@ def price_runs(runs: list[Run]) -> None:
             backend = next(b for b in backends_for(fmt, hardware) if b.name == run.backend_name)
         else:
             backend = backend_named(fmt, run.backend_flag, hardware)
-        run.backend, run.family = backend, model_family(inventory)
+        run.backend, run.family, run.inventory = backend, model_family(inventory), inventory
         result = {"config": run.config, "quantization": None, "mode": "graphs" if run.graphs else "eager",
                   "vllm_version": "0.26.0", "gpu": "GB10",
                   "decode": [{"batch": run.concurrency, "context": run.context, "step_ms": run.measured_ms}]}
@@ -322,6 +323,7 @@ def summary(values: list[float]) -> dict:
 
 def run_fit(path: Path = RESULTS) -> dict:
     """Everything fit.json holds: coefficients, each run's predictions, errors by class."""
+    from roofline.predict.bands import layouts
     from roofline.predict.step import compute_utilization
     from roofline.predict.hardware import get_hardware
 
@@ -346,7 +348,11 @@ def run_fit(path: Path = RESULTS) -> dict:
         classes["|".join(key)] = {
             "family": key[0], "format": key[1], "mode": key[2], "concurrency": key[3],
             "in_sample": summary([r.predictions["in_sample"] for r in members]),
-            "left_out": summary([r.predictions["left_out"] for r in members if "left_out" in r.predictions])}
+            "left_out": summary([r.predictions["left_out"] for r in members if "left_out" in r.predictions]),
+            # what the class's models were made of: a model with a layout or expert width none had is widened
+            "layouts": sorted({x for r in members for x in layouts(r.inventory)}),
+            "expert_widths": sorted({r.inventory.shape.expert_width for r in members
+                                     if r.inventory.shape.expert_width})}
     return {
         "schema": "roofline.gb10_fit/1",
         "command": ".venv/bin/python benchmarks/gb10/fit.py",

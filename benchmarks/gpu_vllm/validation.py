@@ -82,6 +82,13 @@ def layouts_of(config: str) -> list[str]:
     return sorted(layouts(load_inventory(str(REPO / config))))
 
 
+def expert_widths_line(widths: set[int]) -> str:
+    """A class's [[band]] line of its models' routed-expert widths, the narrowest and widest (empty: none had
+    experts): a model outside them is widened for its experts (predict/bands.py)."""
+    widths = {w for w in widths if w}
+    return f"expert_widths = [{min(widths)}, {max(widths)}]" if widths else "expert_widths = []"
+
+
 def kv_note(row) -> str:
     """A run's KV cache dtype and attention backend where it set them (--kv-cache-dtype, --attention-backend),
     beside the weights' format."""
@@ -122,6 +129,7 @@ def build() -> tuple[str, str]:
     kind_out = leave_group_out(in_fit, lambda r: families[r.config])
     formats = {key: format_of(*key) for key in {(r.config, r.quantization) for r in rows}}
     layout = {config: layouts_of(config) for config in {r.config for r in rows}}
+    width = {config: inventory.shape.expert_width for config, inventory in inventories.items()}
     hardware = get_hardware(fit.HARDWARE)
 
     lines = [
@@ -217,7 +225,9 @@ def build() -> tuple[str, str]:
                      h for h in held if h.mode == mode and family_class(h) == family]})) + "]",
                  "layouts = [" + ", ".join(f'"{x}"' for x in sorted({x for r in members + [
                      h for h in held if h.mode == mode and family_class(h) == family] for x in layout[r.config]}))
-                 + "]"] + ([f'regime = "{HOST_REGIME}"'] if family == "any" else [])
+                 + "]", expert_widths_line({width[r.config] for r in members + [
+                     h for h in held if h.mode == mode and family_class(h) == family]})] \
+            + ([f'regime = "{HOST_REGIME}"'] if family == "any" else [])
         toml += ["host_measured = true", ""] if mode == "eager" else [""]
     lines += [
         "",
@@ -261,8 +271,9 @@ def build() -> tuple[str, str]:
     novelty = _ceil(quantile(unseen))
     lines += [
         "- **What no validated model had** (a format, an attention layout -- MLA, sliding windows -- or a recurrent",
-        "  mixer no model of the class ran, or a concurrency its points never ran on the GPU: GB10's dense seeds are",
-        f"  single streams) widens the band by ±{100 * novelty:.0f}%, named beside it: 90% of the",
+        "  mixer no model of the class ran, routed experts outside the widths its models had -- a MoE kernel's rate",
+        "  moves with them, `decode_rates.py` -- or a concurrency its points never ran on the GPU: GB10's dense seeds",
+        f"  are single streams) widens the band by ±{100 * novelty:.0f}%, named beside it: 90% of the",
         f"  {len(unseen)} H200 graph-mode errors with the point's whole model family (lineage.toml) left out of the fit.",
         "",
     ]
@@ -338,7 +349,9 @@ def gb10_section() -> tuple[list[str], list[str]]:
         toml += ["[[band]]", 'hardware = "gb10"', 'compute_capability = "12.1"', 'vllm_version = "0.26.0"',
                  f'mode = "{entry["mode"]}"', f'family = "{entry["family"]}"', f"points = {entry['in_sample']['points']}",
                  f"error = {band:.2f}", f'basis = "{basis}"', f'formats = ["{entry["format"]}"]',
-                 f'streams = "{entry["concurrency"]}"', ""]
+                 f'streams = "{entry["concurrency"]}"',
+                 "layouts = [" + ", ".join(f'"{x}"' for x in entry["layouts"]) + "]",
+                 expert_widths_line(set(entry["expert_widths"])), ""]
     lines += ["", "| run | backend | streams | context | measured tok/s | predicted | error | left out |",
               "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in payload["runs"]:

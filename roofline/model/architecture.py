@@ -50,6 +50,9 @@ class ModelShape:
     tie_word_embeddings: bool
     num_experts: int = 0
     experts_per_token: int = 0
+    # a routed expert's intermediate width (0: no experts): its GEMMs' size, which moves the rate a MoE kernel
+    # reaches (benchmarks/gpu_vllm/decode_rates.py: Marlin's at one token 475 GB/s at 512 wide, 1,956 at 14,336)
+    expert_width: int = 0
     mtp_layers: int = 0
     attention: list[AttentionLayer] = field(default_factory=list)
     recurrent: list[RecurrentLayer] = field(default_factory=list)
@@ -167,6 +170,9 @@ def shape_from_config(config: dict) -> ModelShape:
         state_dtype=recurrent_state_dtype(architectures, cfg, dtype),
         is_multimodal=cfg is not config,
     )
+    if shape.num_experts:
+        # Mixtral and gpt-oss name no MoE width of their own: their experts are the intermediate_size wide
+        shape.expert_width = config_int(cfg, "moe_intermediate_size", "expert_intermediate_size", "intermediate_size")
     window = config_int(cfg, "sliding_window") or None
     mla = config_int(cfg, "kv_lora_rank")
     for layer, kind in enumerate(_layer_types(cfg, num_layers)):

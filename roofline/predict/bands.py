@@ -246,7 +246,7 @@ def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str
     # NVFP4 seeds, so a BF16 model there runs GEMMs no point of its class measured
     seen_formats = {_stored(f) for f in chosen["formats"]}
     unseen = ([f"{fmt} weights"] if _stored(fmt) not in seen_formats else []) \
-        + sorted(layouts(inventory) - set(chosen.get("layouts", layouts(inventory))))
+        + sorted(layouts(inventory) - set(chosen.get("layouts", layouts(inventory)))) + _unseen_experts(inventory, chosen)
     if unseen and "novelty" in table:
         widened.append((f"what no validated model of the class had: {', '.join(unseen)}", table["novelty"]["error"]))
     if not _streams_cover(chosen, batch) and "novelty" in table:
@@ -260,6 +260,22 @@ def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str
     return Band(chosen["error"] + sum(by for _, by in widened), family, mode, chosen["hardware"], bool(exact),
                 chosen["points"], chosen["vllm_version"], chosen["basis"], tuple(chosen["formats"]),
                 chosen.get("streams", ""), tuple(widened), regime=chosen.get("regime", ""))
+
+
+def _unseen_experts(inventory: Inventory, chosen: dict) -> list[str]:
+    """The model's routed experts where no validated model of the class had experts that wide: a MoE kernel's rate
+    moves with its GEMMs' width (Marlin's at one token on an H200: 475 GB/s at 512 wide, 716 at 768, 1,956 at
+    14,336; benchmarks/gpu_vllm/decode_rates.py), so a width outside the class's measured range is extrapolated."""
+    width, seen = inventory.shape.expert_width, chosen.get("expert_widths")
+    if not width or seen is None:  # no experts, or a class that did not record its widths
+        return []
+    if not seen:
+        return ["experts (the class's models had none)"]
+    low, high = min(seen), max(seen)
+    if low <= width <= high:
+        return []
+    ran = f"{low:,}" if low == high else f"{low:,}-{high:,}"
+    return [f"experts {width:,} wide (the class's ran {ran})"]
 
 
 def _stored(fmt: str) -> str:
