@@ -109,7 +109,8 @@ class AuditResult:
         """The validated error band of the expected tok/s (None: no validation for this class)."""
         own_mode = graphs is None or graphs == self.step.config.graphs
         return band_for(self.inventory, self.hardware, self.step.config.graphs if graphs is None else graphs,
-                        self.step.config.batch, step_regime(self.step) if own_mode else "")
+                        self.step.config.batch, step_regime(self.step) if own_mode else "",
+                        kernel=self.step.backend.kernel)
 
     def to_json(self) -> dict:
         inv, shape, hw, t = self.inventory, self.inventory.shape, self.hardware, self.traffic

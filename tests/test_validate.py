@@ -458,17 +458,37 @@ def test_a_band_widens_for_experts_no_validated_model_had():
                     and b["formats"] == ["nvfp4-w4a4"]]
     assert nvfp4_hybrid and all(b["expert_widths"] == [1856, 1856] for b in nvfp4_hybrid)  # Nemotron-3-Nano's
 
-    def band(model):
-        ran = run("audit", ref / model, "--config-only", "--hardware", "gb10", "--json")
+    def band(model, *args):
+        ran = run("audit", ref / model, "--config-only", "--hardware", "gb10", "--json", *args)
         assert ran.returncode == 0, ran.err
         return json.loads(ran.out)["expected_band"]
 
-    small = band("nvidia__Qwen3.6-35B-A3B-NVFP4")
-    assert "experts 512 wide (the class's ran 1,856)" in small["text"]
+    marlin = ("--moe-backend", "marlin", "--linear-backend", "marlin")  # as the bench ran its NVFP4 hybrid
+    small = band("nvidia__Qwen3.6-35B-A3B-NVFP4", *marlin)
+    assert "experts 512 wide (the class's ran 1,856)" in small["text"] and "marlin" not in small["text"]
     assert small["error"] == pytest.approx(small["class_error"] + novelty)
-    same = band("nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4")
+    same = band("nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4", *marlin)
     assert same["widened"] == [] and same["error"] == same["class_error"]
     assert "experts" not in band("openai__gpt-oss-120b")["text"]  # gpt-oss-20b's 2,880, as the class ran
+
+
+def test_a_band_widens_for_a_kernel_its_class_never_ran():
+    """#43: the same weights on another kernel are another rate: GB10's NVFP4 hybrids ran Marlin alone, so the
+    same checkpoint on vLLM's default there (FlashInfer's CUTLASS kernels) is widened, naming both; a W4A4
+    checkpoint run on Marlin and a W4A16 one are one kernel (Backend.kernel)."""
+    import tomllib
+
+    from inprocess import run
+    from roofline.predict.backends import kernel_named
+
+    assert kernel_named("NVFP4 W4A4 on Marlin") == kernel_named("NVFP4 W4A16 Marlin") == "nvfp4 on marlin"
+    novelty = tomllib.loads((ROOT / "roofline" / "data" / "validation.toml").read_text())["novelty"]["error"]
+    model = ROOT / "tests" / "reference_configs" / "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4"
+    ran = run("audit", model, "--config-only", "--hardware", "gb10", "--json")
+    assert ran.returncode == 0, ran.err
+    default = json.loads(ran.out)["expected_band"]
+    assert "nvfp4 on flashinfer_cutlass (the class ran nvfp4 on marlin)" in default["text"]
+    assert default["error"] == pytest.approx(default["class_error"] + novelty)
 
 
 def test_a_band_widens_for_a_concurrency_its_class_never_ran():

@@ -352,7 +352,8 @@ def run_fit(path: Path = RESULTS) -> dict:
             # what the class's models were made of: a model with a layout or expert width none had is widened
             "layouts": sorted({x for r in members for x in layouts(r.inventory)}),
             "expert_widths": sorted({r.inventory.shape.expert_width for r in members
-                                     if r.inventory.shape.expert_width})}
+                                     if r.inventory.shape.expert_width}),
+            "kernels": sorted({r.backend.kernel for r in members})}
     return {
         "schema": "roofline.gb10_fit/1",
         "command": ".venv/bin/python benchmarks/gb10/fit.py",

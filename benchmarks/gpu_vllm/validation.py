@@ -116,6 +116,7 @@ def build() -> tuple[str, str]:
             and r.case not in fit.SET_A_TERM]
     held_out = leave_group_out(in_fit, lambda r: r.architecture)  # id(row) -> error, its architecture left out
     from roofline.audit import load_inventory
+    from roofline.predict.backends import kernel_named
     from roofline.predict.bands import lineage, model_family
 
     inventories = {config: load_inventory(str(REPO / config)) for config in {r.config for r in rows}}  # read once
@@ -226,7 +227,9 @@ def build() -> tuple[str, str]:
                  "layouts = [" + ", ".join(f'"{x}"' for x in sorted({x for r in members + [
                      h for h in held if h.mode == mode and family_class(h) == family] for x in layout[r.config]}))
                  + "]", expert_widths_line({width[r.config] for r in members + [
-                     h for h in held if h.mode == mode and family_class(h) == family]})] \
+                     h for h in held if h.mode == mode and family_class(h) == family]}),
+                 "kernels = [" + ", ".join(f'"{b}"' for b in sorted({kernel_named(r.backend) for r in members + [
+                     h for h in held if h.mode == mode and family_class(h) == family]})) + "]"] \
             + ([f'regime = "{HOST_REGIME}"'] if family == "any" else [])
         toml += ["host_measured = true", ""] if mode == "eager" else [""]
     lines += [
@@ -270,7 +273,8 @@ def build() -> tuple[str, str]:
     unseen = [family_out[id(r)] for r in in_fit if id(r) in family_out and r.mode == "graphs"]
     novelty = _ceil(quantile(unseen))
     lines += [
-        "- **What no validated model had** (a format, an attention layout -- MLA, sliding windows -- or a recurrent",
+        "- **What no validated model had** (a format or the kernel it runs on -- `Backend.kernel`: GB10's NVFP4",
+        "  hybrids ran Marlin alone --, an attention layout -- MLA, sliding windows -- or a recurrent",
         "  mixer no model of the class ran, routed experts outside the widths its models had -- a MoE kernel's rate",
         "  moves with them, `decode_rates.py` -- or a concurrency its points never ran on the GPU: GB10's dense seeds",
         f"  are single streams) widens the band by ±{100 * novelty:.0f}%, named beside it: 90% of the",
@@ -351,7 +355,8 @@ def gb10_section() -> tuple[list[str], list[str]]:
                  f"error = {band:.2f}", f'basis = "{basis}"', f'formats = ["{entry["format"]}"]',
                  f'streams = "{entry["concurrency"]}"',
                  "layouts = [" + ", ".join(f'"{x}"' for x in entry["layouts"]) + "]",
-                 expert_widths_line(set(entry["expert_widths"])), ""]
+                 expert_widths_line(set(entry["expert_widths"])),
+                 "kernels = [" + ", ".join(f'"{b}"' for b in entry["kernels"]) + "]", ""]
     lines += ["", "| run | backend | streams | context | measured tok/s | predicted | error | left out |",
               "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in payload["runs"]:

@@ -381,6 +381,12 @@ def step_pricer(inventory: Inventory, hardware: Hardware, context: int, kv_cache
     return price
 
 
+def _band(inventory: Inventory, hardware: Hardware, request: Request, step):
+    """The band of the curve's figures: the class of its largest concurrency's step, on that step's backend."""
+    return band_for(inventory, hardware, graphs=not request.enforce_eager, batch=max(request.concurrency),
+                    regime=step_regime(step), kernel=step.backend.kernel)
+
+
 def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capacity:
     if request.routing not in ROUTINGS:
         raise RooflineError(f"--routing {request.routing!r}: use uniform or shared")
@@ -490,11 +496,8 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
                     curve=curve, knee_concurrency=knee, ttft_ms=ttft * 1e3, context=context, fit_concurrency=fit,
                     recommended_kv_cache_memory_bytes=recommended, notes=notes,
                     kv_cache_dtype_resolved=traffic_kv.kv_dtype, slo=slo,
-                    band=band_json(band_for(inventory, hardware, graphs=not request.enforce_eager,
-                                            batch=max(request.concurrency),
-                                            regime=step_regime(step_pricer(inventory, hardware, context, kv_name,
-                                                                           request.routing, parallel)(
-                                                max(request.concurrency))))),
+                    band=band_json(_band(inventory, hardware, request, step_pricer(
+                        inventory, hardware, context, kv_name, request.routing, parallel)(max(request.concurrency)))),
                     split=split, replicas=topology.dp, server=server)
 
 

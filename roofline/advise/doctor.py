@@ -51,6 +51,7 @@ class Prediction:
     traffic: Traffic
     timing: str  # how the time was modelled
     regime: str = ""  # bands.step_regime: "host" where the engine's host time per step sets the step
+    kernel: str = ""  # what the main format runs on (Backend.kernel): the band is of the pair
 
 
 @dataclass
@@ -109,7 +110,7 @@ def predict(inventory: Inventory, hardware: Hardware, serving: Serving) -> Predi
     if extra:
         timing += f", + {extra / 1e9:.3g} GB/token of emulated dequantization"
     return Prediction(step.tok_s, step.ceiling_tok_s, traffic.bytes_per_token + extra, traffic, timing,
-                      step_regime(step))
+                      step_regime(step), step.backend.kernel)
 
 
 # --------------------------------------------------------------------------- causes
@@ -303,7 +304,8 @@ def diagnose(inventory: Inventory, hardware: Hardware, serving: Serving, measure
     if measured_tok_s is None:
         verdict = "not measured: the prediction and the causes stand on what the server reported"
     else:
-        band = band_for(inventory, hardware, graphs=serving.graphs and graphs_apply(hardware), regime=here.regime)
+        band = band_for(inventory, hardware, graphs=serving.graphs and graphs_apply(hardware), regime=here.regime,
+                        kernel=here.kernel)
         judged = verdict_of(measured_tok_s, here.ceiling_tok_s, here.tok_s, band.error if band else None)
         verdict = (f"{judged.text}: measured {measured_tok_s:.1f} tok/s is {100 * measured_tok_s / here.tok_s:.0f}% "
                    f"of the {here.tok_s:.1f} tok/s this configuration allows (ceiling {here.ceiling_tok_s:.1f})")

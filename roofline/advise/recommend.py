@@ -361,7 +361,7 @@ def plan_band(base: Inventory, hardware: Hardware, workload: "Workload", lead: "
     it leads with (the base's own where it has none): the rows differ in format, which is what a plan compares,
     and two rows tie within the leading row's error."""
     return band_for(base, hardware, graphs=workload.graphs, batch=workload.concurrency,
-                    fmt=lead.format if lead is not None else None)
+                    fmt=lead.format if lead is not None else None, kernel=lead.backend.kernel if lead else None)
 
 
 def tie_tolerance(base: Inventory, hardware: Hardware, workload: "Workload",

@@ -53,6 +53,13 @@ class Backend:
     # what was measured or fitted of this backend on one compute capability (rules.toml [[backend.rate]])
     rates: tuple[Rate, ...] = ()
 
+    @property
+    def kernel(self) -> str:
+        """The kernel the weights run on, as a validation class records it: the stored weights and vLLM's spelling
+        of the backend (a W4A4 checkpoint run on Marlin and a W4A16 one are one kernel), else the label."""
+        spelling = self.linear_backend or self.moe_backend
+        return f"{weight_family(self.format)} on {spelling}" if spelling else self.name
+
     def rate(self, hardware: Hardware) -> Rate | None:
         """The backend's own figures on `hardware`'s compute capability; None: none known there."""
         return next((r for r in self.rates if r.cc == (hardware.compute_capability or "")), None)
@@ -110,6 +117,11 @@ def backends() -> tuple[Backend, ...]:
     for entry in load_table("doctor")["kernel"]:
         _checked(entry["backend"], "doctor.toml [[kernel]]")
     return tuple(out)
+
+
+def kernel_named(name: str) -> str:
+    """Backend.kernel of the backend with this label (a fit's rows keep the label)."""
+    return next(b.kernel for b in backends() if b.name == name)
 
 
 def backends_for(fmt: str, hardware: Hardware) -> list[Backend]:

@@ -185,17 +185,18 @@ def _best(entries: list[dict], fmt: str, batch: int) -> dict | None:
 
 
 def band_for(inventory: Inventory, hardware: Hardware, graphs: bool, batch: int = 1, regime: str = "",
-             fmt: str | None = None) -> Band | None:
+             fmt: str | None = None, kernel: str | None = None) -> Band | None:
     """The band of the class (hardware, mode, family, format, streams, regime: step_regime of the priced step);
     else of the same mode and family on a validated GPU of the same architecture generation (compute capability
     major), else on any validated GPU, either widened by the transfer error; in eager mode off the measured host,
-    widened by the host spread. `fmt`: the weights the band is for (a plan's leading row), else the inventory's.
-    None: no class of this family and mode was validated anywhere."""
+    widened by the host spread. `fmt`: the weights the band is for (a plan's leading row), else the inventory's;
+    `kernel`: what the priced step runs them on (Backend.kernel). None: no class of this family and mode was
+    validated anywhere."""
     family, mode = model_family(inventory), "graphs" if graphs else "eager"
     own = _calibrated_band(hardware, family, mode)
     if own is not None:
         return own
-    band = _table_band(inventory, hardware, family, mode, batch, regime, fmt)
+    band = _table_band(inventory, hardware, family, mode, batch, regime, fmt, kernel)
     if band is not None and hardware.bands:  # a calibrated entry that never ran this class says so
         band = replace(band, note=f"{hardware.key} was calibrated on "
                                   f"{', '.join(f'{b.family} {b.mode}' for b in hardware.bands)}, never {family} {mode}")
@@ -222,7 +223,7 @@ def _calibrated_band(hardware: Hardware, family: str, mode: str) -> Band | None:
 
 
 def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str, batch: int,
-                regime: str = "", fmt: str | None = None) -> Band | None:
+                regime: str = "", fmt: str | None = None, kernel: str | None = None) -> Band | None:
     graphs = mode == "graphs"
     table = load_table("validation")
     bands = table.get("band", [])
@@ -245,7 +246,11 @@ def _table_band(inventory: Inventory, hardware: Hardware, family: str, mode: str
     # 16-bit weights are no exception: GB10's MoE class ran MXFP4 experts on Marlin alone, its dense class FP8 and
     # NVFP4 seeds, so a BF16 model there runs GEMMs no point of its class measured
     seen_formats = {_stored(f) for f in chosen["formats"]}
-    unseen = ([f"{fmt} weights"] if _stored(fmt) not in seen_formats else []) \
+    # the same weights on a kernel no point of the class ran (GB10's NVFP4 hybrids ran Marlin alone; vLLM's default
+    # there is another): the rate is the kernel's, so the pair is what was validated
+    new_pair = bool(kernel and exact and "kernels" in chosen and kernel not in chosen["kernels"])
+    unseen = ([f"{fmt} weights"] if _stored(fmt) not in seen_formats
+              else [f"{kernel} (the class ran {', '.join(chosen['kernels'])})"] if new_pair else []) \
         + sorted(layouts(inventory) - set(chosen.get("layouts", layouts(inventory)))) + _unseen_experts(inventory, chosen)
     if unseen and "novelty" in table:
         widened.append((f"what no validated model of the class had: {', '.join(unseen)}", table["novelty"]["error"]))
