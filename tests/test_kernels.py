@@ -107,3 +107,21 @@ def test_bad_traces(tmp_path):
     empty.write_text(json.dumps({"traceEvents": []}))
     with pytest.raises(RooflineError, match="no GPU kernels"):
         parse_trace(str(empty))
+
+
+def test_static_fp8_activation_quant_is_fused_under_graphs():
+    """A ModelOpt FP8 GEMM (static activation scales) is one kernel with CUDA graphs (torch.compile fuses its
+    scale-clamp-cast into the kernel before it: profiled on Qwen3.6-35B-A3B-NVFP4's FP8 projections) and two eager;
+    online --quantization fp8 (dynamic scales) stays two with graphs, as the fit's Qwen3-8B steps say."""
+    from pathlib import Path
+
+    from roofline.advise.simulate import get_recipe, simulate
+    from roofline.audit import load_inventory
+
+    ref = Path(__file__).resolve().parent / "reference_configs"
+    mixed = estimate_kernels(load_inventory(str(ref / "nvidia__Qwen3.6-35B-A3B-NVFP4")))
+    out_proj = [c for c in mixed.counts if c.role == "linear_attn_out"]  # 30 GDN layers, one FP8 GEMM each
+    assert len(out_proj) == 30 and {(c.kernels, c.eager) for c in out_proj} == {(1.0, 2.0)}
+    online = estimate_kernels(simulate(load_inventory(str(ref / "Qwen__Qwen3-8B")), "fp8", get_recipe("default")))
+    o_proj = [c for c in online.counts if c.role == "attention_out"]
+    assert o_proj and {(c.kernels, c.eager) for c in o_proj} == {(2.0, 2.0)}

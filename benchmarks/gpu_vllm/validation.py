@@ -266,8 +266,9 @@ def build() -> tuple[str, str]:
         "  below its own worst), and in eager mode never below the error on the host it measured of models it never",
         f"  ran, ±{100 * calibrated['error']:.0f}%: {calibrated['what']}.",
         "",
-        "Not validated: GDN hybrids on a GPU beyond the cut Qwen3-Next above, MLA beyond the 4-layer DeepSeek-V3 cut,",
-        "tensor parallelism under vLLM. A family and mode no GPU validated prints \"no validation for this class\".",
+        "Not validated: GDN hybrids on a GPU beyond the cut Qwen3-Next and whole Qwen3.6-35B-A3B with CUDA graphs above,",
+        "MLA beyond the 4-layer DeepSeek-V3 cut, tensor parallelism under vLLM. A family and mode no GPU validated prints",
+        "\"no validation for this class\".",
         "",
     ]
     unseen = [family_out[id(r)] for r in in_fit if id(r) in family_out and r.mode == "graphs"]

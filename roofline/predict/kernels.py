@@ -203,10 +203,15 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
             spec = roles_table[role]
             fmt = _main_format(roles[role])
             gemm = _entry("gemm", fmt, backend)
-            kernels = spec["gemms"] * gemm["kernels"] + spec["other"]
+            eager = spec["gemms"] * gemm["kernels"] + spec["other"]
+            # a quantization whose activation quant torch.compile fuses away under graphs ([[gemm]] fused_quant_*)
+            methods = {m.quant_method for m in roles[role] if m.format == fmt}
+            fused = bool(methods) and methods <= set(gemm.get("fused_quant_methods", ()))
+            kernels = spec["gemms"] * gemm["fused_quant_kernels"] + spec["other"] if fused else eager
+            source = gemm["fused_quant_source"] if fused else gemm["source"]
             # a GEMM path's Python in eager mode beyond its launches ([[gemm]] eager_host_equiv, per GEMM)
-            counts.append(KernelCount(layer, role, gemm["backend"], kernels,
-                                      f"{spec['source']}; {fmt}: {gemm['source']}", gemms=spec["gemms"],
+            counts.append(KernelCount(layer, role, gemm["backend"], kernels, f"{spec['source']}; {fmt}: {source}",
+                                      eager_kernels=eager, gemms=spec["gemms"],
                                       host_equiv=spec["gemms"] * gemm.get("eager_host_equiv", 0.0)))
         if "moe_experts" in roles:
             fmt = _main_format(roles["moe_experts"])
