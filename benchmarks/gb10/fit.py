@@ -323,7 +323,7 @@ def summary(values: list[float]) -> dict:
 
 def run_fit(path: Path = RESULTS) -> dict:
     """Everything fit.json holds: coefficients, each run's predictions, errors by class."""
-    from roofline.predict.bands import layouts
+    from roofline.predict.bands import layouts, lineage
     from roofline.predict.step import compute_utilization
     from roofline.predict.hardware import get_hardware
 
@@ -342,6 +342,19 @@ def run_fit(path: Path = RESULTS) -> dict:
         for run in runs:
             if run.base == base:
                 run.predictions["left_out"] = run.measured_ms / partial.predict_ms(run) - 1
+    # and with every model of its family (lineage.toml: Qwen3.6 and the Qwen3-8B seeds at once) left out, where the
+    # family has more than the one model just left out and the rest still determine the device
+    lineages = {r.base: lineage(r.inventory) for r in runs}
+    for family in sorted(set(lineages.values())):
+        if len({r.base for r in runs if lineages[r.base] == family}) < 2:
+            continue  # one model: leaving it out above was leaving its family out
+        try:
+            partial = fit([r for r in runs if lineages[r.base] != family], utilization)
+        except SystemExit:
+            continue
+        for run in runs:
+            if lineages[run.base] == family:
+                run.predictions["family_out"] = run.measured_ms / partial.predict_ms(run) - 1
     classes = {}
     for key in sorted({class_of(r) for r in runs}):
         members = [r for r in runs if class_of(r) == key]
@@ -349,6 +362,7 @@ def run_fit(path: Path = RESULTS) -> dict:
             "family": key[0], "format": key[1], "mode": key[2], "concurrency": key[3],
             "in_sample": summary([r.predictions["in_sample"] for r in members]),
             "left_out": summary([r.predictions["left_out"] for r in members if "left_out" in r.predictions]),
+            "family_out": summary([r.predictions["family_out"] for r in members if "family_out" in r.predictions]),
             # what the class's models were made of: a model with a layout or expert width none had is widened
             "layouts": sorted({x for r in members for x in layouts(r.inventory)}),
             "expert_widths": sorted({r.inventory.shape.expert_width for r in members
@@ -376,6 +390,7 @@ def run_fit(path: Path = RESULTS) -> dict:
                   "context": r.context, "concurrency": r.concurrency, "measured_tok_s": r.tok_s,
                   "predicted_tok_s": r.tok_s * (1 + r.predictions["in_sample"]),
                   "in_sample": r.predictions["in_sample"], "left_out": r.predictions.get("left_out"),
+                  "family_out": r.predictions.get("family_out"),
                   "class": "|".join(class_of(r)), "source": r.source} for r in runs],
         "in_sample": summary([r.predictions["in_sample"] for r in runs if r.graphs and not r.seed]),
         "left_out": summary([r.predictions["left_out"] for r in runs
