@@ -55,6 +55,24 @@ def test_decode_rate_excludes_prefill_and_counts_every_token(server):
     assert span < 0.3  # the decode span does not contain the prefill pause
 
 
+def test_tokens_sent_together_cannot_time_decode(server, monkeypatch):
+    """A server whose frontend falls behind its engine sends several steps' tokens together (a 2-core CI host gave 64
+    tokens within 0.26 ms: 247,400 tok/s): tokens after the first that arrive sooner than one engine step can follow
+    are not timed as decode. The floor is the shortest engine step the tables know (launch.toml [step_host]); the
+    fake server's 5 ms gaps stand for such a burst once the floor is set above the whole stream."""
+    import roofline.live.bench as bench
+    from roofline.data import load_table
+
+    fixed = min(row["fixed_us"] for row in load_table("launch")["step_host"].values())
+    assert bench.fastest_engine_step_s() == pytest.approx(fixed * 1e-6)
+    assert stream_once(cfg(server, "ok"), "ok").ok  # 11 tokens over ~55 ms: decode is timed
+    monkeypatch.setattr(bench, "fastest_engine_step_s", lambda: 10.0)
+    run = stream_once(cfg(server, "ok"), "ok")
+    assert not run.ok and run.decode_tok_s is None
+    assert re.search(r"the 11 tokens after the first arrived within [\d.]+ ms, less than one engine step .*"
+                     r"decode cannot be timed from the client", run.error), run.error
+
+
 def test_vllm_fields_are_sent(server):
     stream_once(cfg(server, "ok"), "ok")
     body = server.requests[-1]

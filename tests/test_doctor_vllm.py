@@ -48,7 +48,11 @@ def test_doctor_names_the_launched_configuration(checkpoint, tmp_path, cpu_hardw
         proc = doctor(cpu_hardware, "--url", server.url, "--capture", str(capture), "--runs", "3",
                       "--max-tokens", "64", "--json", "--html", str(tmp_path / "report.html"))
         log = server.log()
-    assert proc.returncode == 0, proc.stderr
+    # a host too small for the server can starve its frontend, which then sends a stream's steps together: the bench
+    # cannot time decode (it says so, and doctor diagnoses without a measurement, exit 3: seen on a 2-core CI host,
+    # where 64 tokens arrived within 0.26 ms); everything the server and the capture say still holds
+    untimed = proc.returncode == 3 and "decode cannot be timed from the client" in proc.stderr
+    assert proc.returncode == 0 or untimed, proc.stderr
     result = json.loads(proc.stdout)
     logged = re.search(r"KV cache size: ([\d,]+) tokens", log)
     tokens = int(logged.group(1).replace(",", ""))
@@ -62,10 +66,15 @@ def test_doctor_names_the_launched_configuration(checkpoint, tmp_path, cpu_hardw
     assert spec_facts["method"] == "ngram" and spec_facts["num_draft"] == 3
     assert counters["spec_drafts"] > 0
     assert spec_facts["acceptance_rate"] == pytest.approx(counters["spec_accepted_tokens"] / counters["spec_draft_tokens"])
-    assert counters["generation_tokens"]["server"] == counters["generation_tokens"]["bench"] == 4 * 64
-    assert result["measured_tok_s"] > 0 and result["bench"]["completed"] == 3
+    if untimed:
+        assert result["measured_tok_s"] is None and result["bench"] is None
+        assert any("decode cannot be timed from the client" in p for p in result["problems"])
+    else:
+        assert counters["generation_tokens"]["server"] == counters["generation_tokens"]["bench"] == 4 * 64
+        assert result["measured_tok_s"] > 0 and result["bench"]["completed"] == 3
+        assert result["serving_modelled"]["context"] == result["bench"]["mean_context"]
     assert result["serving_modelled"] == {**result["serving_modelled"], "kv_cache_dtype": kv_dtype,
-                                          "speculative_tokens": 3, "context": result["bench"]["mean_context"]}
+                                          "speculative_tokens": 3}
     assert result["vllm_estimate"]["vllm_read_bytes_per_token"] > 0
     assert result["unseen"] == []
     gains = sum(c["expected_gain_tok_s"] for c in result["causes"] if c["kind"] == "configuration")

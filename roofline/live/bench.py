@@ -400,11 +400,27 @@ def stream_once(cfg: BenchConfig, model: str, vllm_extras: bool = True) -> RunRe
         if t_last <= t_first:
             run.error = "all tokens arrived at once (the server buffers its stream); cannot time decode"
             return run
+        step_s = fastest_engine_step_s()
+        if t_last - t_first < step_s:
+            # tokens of later steps cannot follow the first chunk sooner than a step: they were held and sent together
+            run.error = (f"the {n_last - n_first} tokens after the first arrived within {1e3 * (t_last - t_first):.2f} "
+                         f"ms, less than one engine step takes on the fastest host known ({1e3 * step_s:.2f} ms, "
+                         "launch.toml [step_host]): the server sent its steps' tokens together (its frontend behind "
+                         "its engine); decode cannot be timed from the client")
+            return run
         run.decode_tok_s = (n_last - n_first) / (t_last - t_first)
         run.ok = True
         return run
     finally:
         conn.close()
+
+
+def fastest_engine_step_s() -> float:
+    """The shortest step an engine's own host work allows on any host the tables know (launch.toml [step_host]
+    fixed_us: vLLM's scheduling, input preparation and output processing, before any model work)."""
+    from roofline.data import load_table
+
+    return min(row["fixed_us"] for row in load_table("launch")["step_host"].values()) * 1e-6
 
 
 def stream_prompt(prompt: str, stream: int) -> str:
