@@ -71,6 +71,27 @@ def test_tokens_sent_together_cannot_time_decode(server, monkeypatch):
     assert not run.ok and run.decode_tok_s is None
     assert re.search(r"the 11 tokens after the first arrived within [\d.]+ ms, less than one engine step .*"
                      r"decode cannot be timed from the client", run.error), run.error
+    assert run.delivered and run.completion_tokens == 12  # the stream itself ended whole
+
+
+def test_untimed_streams_still_count_toward_a_rounds_aggregate(server, monkeypatch):
+    """A sweep round's aggregate is the tokens its streams delivered over its wall time: a stream whose decode could
+    not be timed (its tokens sent together) still delivered them, and counts; its per-stream decode does not."""
+    import roofline.live.bench as bench
+
+    calls = []
+
+    def floor() -> float:  # the single-stream runs (warm-up 1 + 2 runs) are timed, the sweep's streams are not
+        calls.append(1)
+        return 0.0 if len(calls) <= 3 else 10.0
+
+    monkeypatch.setattr(bench, "fastest_engine_step_s", floor)
+    result = run_bench(cfg(server, "ok", concurrency=(2,), sweep_rounds=1))
+    level = result.sweep[0]
+    assert not any(r.ok for r in level.runs) and all(r.delivered for r in level.runs)
+    assert level.per_stream_decode is None
+    assert level.aggregate_tok_s == pytest.approx(2 * 12 / level.walls_s[0])
+    assert {k: level.to_json()[k] for k in ("completed", "timed", "failed")} == {"completed": 2, "timed": 0, "failed": 0}
 
 
 def test_vllm_fields_are_sent(server):

@@ -84,8 +84,9 @@ class BenchConfig:
 class RunResult:
     """One streamed request. `error` is None for a run that completed."""
 
-    ok: bool
+    ok: bool  # the stream completed and its decode was timed
     error: str | None = None
+    delivered: bool = False  # the stream ended with [DONE]: its tokens count toward a round's aggregate, timed or not
     ttft_s: float | None = None
     decode_tok_s: float | None = None
     completion_tokens: int = 0
@@ -137,7 +138,9 @@ class LevelResult:
             "concurrency": self.concurrency, "rounds": len(self.walls_s), "walls_s": self.walls_s,
             "aggregate_tok_s": asdict(self.aggregate) if self.aggregate else None,
             "per_stream_decode_tok_s": asdict(self.per_stream_decode) if self.per_stream_decode else None,
-            "completed": sum(r.ok for r in self.runs), "failed": sum(not r.ok for r in self.runs),
+            # completed: the streams that ended (their tokens are in the aggregate); timed: those whose decode was
+            "completed": sum(r.delivered for r in self.runs), "timed": sum(r.ok for r in self.runs),
+            "failed": sum(not r.delivered for r in self.runs),
             "errors": sorted({r.error for r in self.runs if r.error}),
         }
 
@@ -391,6 +394,7 @@ def stream_once(cfg: BenchConfig, model: str, vllm_extras: bool = True) -> RunRe
         if not done:
             run.error = f"stream ended after {counted} tokens without [DONE]"
             return run
+        run.delivered = True
         if len(run.arrivals) < 2 or run.arrivals[-1][1] <= run.arrivals[0][1]:
             run.error = f"only {counted} token(s) arrived; need at least two token arrivals to time decode"
             return run
@@ -511,14 +515,16 @@ def run_bench(cfg: BenchConfig, progress=None) -> BenchResult:
             round_runs, wall = _concurrent(cfg, model, level, vllm_extras)
             runs += round_runs
             walls.append(wall)
-            tokens = sum(r.completion_tokens for r in round_runs if r.ok)
+            # every stream that ended delivered its tokens inside the round's wall time, timed or not
+            tokens = sum(r.completion_tokens for r in round_runs if r.delivered)
             if tokens and wall > 0:
                 aggregates.append(tokens / wall)
         done = [r for r in runs if r.ok]
         level_result = LevelResult(level, runs, walls, stats(aggregates), stats([r.decode_tok_s for r in done]))
         result.sweep.append(level_result)
         agg = f"{level_result.aggregate_tok_s:.1f} tok/s aggregate" if level_result.aggregate_tok_s else "no tokens"
-        say(f"concurrency {level}: {agg}, {len(done)}/{len(runs)} streams completed")
+        say(f"concurrency {level}: {agg}, {sum(r.delivered for r in runs)}/{len(runs)} streams completed, "
+            f"{len(done)} timed")
     return result
 
 

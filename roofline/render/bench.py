@@ -17,13 +17,16 @@ def render_bench(result) -> str:
                  + (f"; failures: {'; '.join(sorted({r.error for r in result.runs if r.error}))}" if failed else ""))
     if result.sweep:
         lines.append("")
-        lines.append(f"{'concurrency':>12}{'aggregate tok/s':>18}{'per-stream decode':>20}{'completed':>11}")
+        lines.append(f"{'concurrency':>12}{'aggregate tok/s':>18}{'per-stream decode':>20}{'completed':>11}"
+                     f"{'timed':>7}")
         for level in result.sweep:
             agg = f"{level.aggregate_tok_s:.1f}" if level.aggregate_tok_s else "-"
             per = f"{level.per_stream_decode.median:.1f}" if level.per_stream_decode else "-"
-            done = sum(r.ok for r in level.runs)
-            lines.append(f"{level.concurrency:>12}{agg:>18}{per:>20}{f'{done}/{len(level.runs)}':>11}")
-        lines.append("aggregate = completion tokens / wall time of the round (prefill included)")
+            done = sum(r.delivered for r in level.runs)
+            lines.append(f"{level.concurrency:>12}{agg:>18}{per:>20}{f'{done}/{len(level.runs)}':>11}"
+                         f"{sum(r.ok for r in level.runs):>7}")
+        lines.append("aggregate = completion tokens / wall time of the round (prefill included); timed: the streams "
+                     "whose decode the client could time")
     for note in result.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
