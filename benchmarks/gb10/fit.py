@@ -321,6 +321,21 @@ def summary(values: list[float]) -> dict:
             "max_abs": max(abs(v) for v in values)}
 
 
+def leave_out(runs: list[Run], group_of, key: str, utilization: float, keep=lambda group: True) -> None:
+    """Each group's runs priced by a fit without the group: their error of tok/s in predictions[key]. A group whose
+    absence leaves nothing to determine the device gets none."""
+    for name in sorted({group_of(r) for r in runs}):
+        group = [r for r in runs if group_of(r) == name]
+        if not keep(group):
+            continue
+        try:
+            partial = fit([r for r in runs if group_of(r) != name], utilization)
+        except SystemExit:
+            continue
+        for run in group:
+            run.predictions[key] = run.measured_ms / partial.predict_ms(run) - 1
+
+
 def run_fit(path: Path = RESULTS) -> dict:
     """Everything fit.json holds: coefficients, each run's predictions, errors by class."""
     from roofline.predict.bands import layouts, lineage
@@ -333,28 +348,12 @@ def run_fit(path: Path = RESULTS) -> dict:
     model = fit(runs, utilization)
     for run in runs:  # errors of tok/s: + where the model is too fast
         run.predictions["in_sample"] = run.measured_ms / model.predict_ms(run) - 1
-    for base in sorted({r.base for r in runs}):
-        others = [r for r in runs if r.base != base]
-        try:
-            partial = fit(others, utilization)
-        except SystemExit:
-            continue  # without it nothing determines the device: no out-of-sample figure for its runs
-        for run in runs:
-            if run.base == base:
-                run.predictions["left_out"] = run.measured_ms / partial.predict_ms(run) - 1
-    # and with every model of its family (lineage.toml: Qwen3.6 and the Qwen3-8B seeds at once) left out, where the
-    # family has more than the one model just left out and the rest still determine the device
+    # each model left out in turn, then every model of its family at once (lineage.toml: Qwen3.6 and the Qwen3-8B
+    # seeds), where the family has more than the one model already left out
+    leave_out(runs, lambda r: r.base, "left_out", utilization)
     lineages = {r.base: lineage(r.inventory) for r in runs}
-    for family in sorted(set(lineages.values())):
-        if len({r.base for r in runs if lineages[r.base] == family}) < 2:
-            continue  # one model: leaving it out above was leaving its family out
-        try:
-            partial = fit([r for r in runs if lineages[r.base] != family], utilization)
-        except SystemExit:
-            continue
-        for run in runs:
-            if lineages[run.base] == family:
-                run.predictions["family_out"] = run.measured_ms / partial.predict_ms(run) - 1
+    leave_out(runs, lambda r: lineages[r.base], "family_out", utilization,
+              keep=lambda group: len({r.base for r in group}) > 1)
     classes = {}
     for key in sorted({class_of(r) for r in runs}):
         members = [r for r in runs if class_of(r) == key]

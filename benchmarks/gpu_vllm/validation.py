@@ -82,11 +82,18 @@ def layouts_of(config: str) -> list[str]:
     return sorted(layouts(load_inventory(str(REPO / config))))
 
 
-def expert_widths_line(widths: set[int]) -> str:
-    """A class's [[band]] line of its models' routed-expert widths, the narrowest and widest (empty: none had
-    experts): a model outside them is widened for its experts (predict/bands.py)."""
+def made_of_lines(layouts, widths, kernels) -> list[str]:
+    """A class's [[band]] lines of what its models were made of: their layouts, the narrowest and widest routed
+    experts (empty: none had experts) and the kernels they ran; a model with something else is widened
+    (predict/bands.py)."""
     widths = {w for w in widths if w}
-    return f"expert_widths = [{min(widths)}, {max(widths)}]" if widths else "expert_widths = []"
+
+    def strings(values) -> str:
+        return "[" + ", ".join(f'"{v}"' for v in sorted(set(values))) + "]"
+
+    return [f"layouts = {strings(layouts)}",
+            f"expert_widths = [{min(widths)}, {max(widths)}]" if widths else "expert_widths = []",
+            f"kernels = {strings(kernels)}"]
 
 
 def kv_note(row) -> str:
@@ -210,8 +217,9 @@ def build() -> tuple[str, str]:
         fitted = [abs(model.predict_ms(r) / r.measured_ms - 1) for r in members]
         left = [held_out[id(r)] for r in members if id(r) in held_out]
         whole = [family_out[id(r)] for r in members if id(r) in family_out]
-        later = [model.predict_ms(r) / r.measured_ms - 1 for r in held
-                 if r.mode == mode and family_class(r) == family]
+        later_rows = [r for r in held if r.mode == mode and family_class(r) == family]
+        later = [model.predict_ms(r) / r.measured_ms - 1 for r in later_rows]
+        points = members + later_rows
         own = left_out(members) + later
         basis = "out of sample" if own else "in sample"
         if own:
@@ -219,22 +227,17 @@ def build() -> tuple[str, str]:
         else:
             band, why = _ceil(max(fitted)), "in sample: no left-out point"
         shown = f"any, host-set steps" if family == "any" else family
-        lines.append(f"| {hardware.key.upper()} | {versions} | {mode} | {shown} | {len(members) + len(later)} | "
+        lines.append(f"| {hardware.key.upper()} | {versions} | {mode} | {shown} | {len(points)} | "
                      f"{stats(fitted)} | {stats(left)} | {stats(whole)} | {stats(later)} | "
                      f"±{100 * band:.0f}% | {coverage(own, band)} | {why} | "
                      f"{stats([kind_out[id(r)] for r in members if id(r) in kind_out])} |")
         toml += ["[[band]]", f'hardware = "{hardware.key}"', f'compute_capability = "{hardware.compute_capability}"',
                  f'vllm_version = "{versions}"', f'mode = "{mode}"', f'family = "{family}"',
-                 f"points = {len(members) + len(later)}", f"error = {band:.2f}", f'basis = "{basis}"',
+                 f"points = {len(points)}", f"error = {band:.2f}", f'basis = "{basis}"',
                  "formats = [" + ", ".join(f'"{f}"' for f in sorted({formats[(r.config, r.quantization)].split(" ")[0]
-                                                                       for r in members + [
-                     h for h in held if h.mode == mode and family_class(h) == family]})) + "]",
-                 "layouts = [" + ", ".join(f'"{x}"' for x in sorted({x for r in members + [
-                     h for h in held if h.mode == mode and family_class(h) == family] for x in layout[r.config]}))
-                 + "]", expert_widths_line({width[r.config] for r in members + [
-                     h for h in held if h.mode == mode and family_class(h) == family]}),
-                 "kernels = [" + ", ".join(f'"{b}"' for b in sorted({kernel_named(r.backend) for r in members + [
-                     h for h in held if h.mode == mode and family_class(h) == family]})) + "]"] \
+                                                                       for r in points})) + "]",
+                 *made_of_lines([x for r in points for x in layout[r.config]], [width[r.config] for r in points],
+                                [kernel_named(r.backend) for r in points])] \
             + ([f'regime = "{HOST_REGIME}"'] if family == "any" else [])
         toml += ["host_measured = true", ""] if mode == "eager" else [""]
     lines += [
@@ -369,9 +372,7 @@ def gb10_section() -> tuple[list[str], list[str]]:
                  f'mode = "{entry["mode"]}"', f'family = "{entry["family"]}"', f"points = {entry['in_sample']['points']}",
                  f"error = {band:.2f}", f'basis = "{basis}"', f'formats = ["{entry["format"]}"]',
                  f'streams = "{entry["concurrency"]}"',
-                 "layouts = [" + ", ".join(f'"{x}"' for x in entry["layouts"]) + "]",
-                 expert_widths_line(set(entry["expert_widths"])),
-                 "kernels = [" + ", ".join(f'"{b}"' for b in entry["kernels"]) + "]", ""]
+                 *made_of_lines(entry["layouts"], entry["expert_widths"], entry["kernels"]), ""]
     lines += ["", "| run | backend | streams | context | measured tok/s | predicted | error | left out |",
               "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in payload["runs"]:
