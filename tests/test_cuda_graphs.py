@@ -63,6 +63,72 @@ def test_a_batch_past_max_num_seqs_graphs_is_host_bound_as_measured():
     assert full.step_ms == pytest.approx(at["gemma4-31b-fp8kv-prof"], rel=0.10)
 
 
+CONFIGS = ROOT / "benchmarks" / "gpu_vllm" / "configs"
+PIECEWISE_RUNS = ROOT / "benchmarks" / "results" / "vllm_h200_piecewise"
+
+
+def _piecewise_rows() -> dict[str, float]:
+    import tomllib
+
+    table = tomllib.loads((ROOT / "roofline" / "data" / "prefill.toml").read_text())
+    return {row["split"]: row["launches"] for row in table["piecewise"]["decode"]}
+
+
+def _splits(step) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for seg in step.main.segments:
+        for kind, n in seg.piecewise_splits.items():
+            out[kind] = out.get(kind, 0) + n
+    return out
+
+
+def test_a_piecewise_decode_is_priced_by_what_its_graph_is_split_at():
+    """Past the FULL graphs each layer vLLM splits the graph at costs the host that layer's own figure: a GDN
+    layer, an attention layer on its backend, and once a step a hybrid's own host time; in a FULL graph none."""
+    h200 = get_hardware("h200")
+    rows = _piecewise_rows()
+    host_us = 33.0  # launch.toml [host.x86_server]
+    hybrid = load_inventory(str(CONFIGS / "Qwen3-Next-80B-A3B-12layers"), config_only=True)
+    step = price_step(hybrid, h200, StepConfig(batch=3, context=256, full_decode_tokens=2,
+                                               attention_backend="FLASH_ATTN"))
+    assert _splits(step) == {"attention": 3, "gdn": 9, "recurrent_step": 1}
+    pieces = sum(seg.piecewise_host_s for seg in step.main.segments)
+    assert pieces == pytest.approx((3 * rows["FLASH_ATTN"] + 9 * rows["gdn"] + rows["recurrent_step"]) * host_us * 1e-6)
+    assert step.main.host_s > pieces
+    full = price_step(hybrid, h200, StepConfig(batch=2, context=256, full_decode_tokens=2,
+                                               attention_backend="FLASH_ATTN"))
+    assert _splits(full) == {}
+
+    dense = load_inventory(str(ROOT / "tests" / "reference_configs" / "Qwen__Qwen3-8B"), config_only=True)
+    by_backend = {name: price_step(dense, h200, StepConfig(batch=3, context=256, full_decode_tokens=2,
+                                                           attention_backend=name))
+                  for name in ("FLASH_ATTN", "TRITON_ATTN", "FLASHINFER")}
+    spent = {name: sum(seg.piecewise_host_s for seg in s.main.segments) for name, s in by_backend.items()}
+    assert spent["FLASH_ATTN"] == pytest.approx(36 * rows["FLASH_ATTN"] * host_us * 1e-6)
+    assert spent["TRITON_ATTN"] == pytest.approx(36 * rows["TRITON_ATTN"] * host_us * 1e-6)
+    # a backend no piecewise step measured takes the table's row for one
+    assert spent["FLASHINFER"] == pytest.approx(36 * rows["attention"] * host_us * 1e-6)
+    assert rows["FLASH_ATTN"] < rows["TRITON_ATTN"]
+
+
+@pytest.mark.parametrize("run, architecture", [
+    ("q8b-pw", "Qwen__Qwen3-8B"), ("qnext12-pw", "Qwen3-Next-80B-A3B-12layers"),
+    ("nemo13-pw", "Nemotron-3-Nano-13layers"), ("qnext12l-pw-b", "Qwen3-Next-80B-A3B-12layers"),
+])
+def test_piecewise_decode_steps_the_fit_never_saw_are_priced_within_a_quarter(run, architecture):
+    """Real vLLM 0.26 steps on an H200 (3 sequences, --max-num-seqs 3: padded to 4, piecewise) that did not set the
+    table's rows (benchmarks/gpu_vllm/piecewise.py fits on another start's and other depths' steps): a dense model,
+    a GDN hybrid on two starts, and a Mamba hybrid whose layer figure is GDN's estimate."""
+    result = json.loads((PIECEWISE_RUNS / f"{run}.json").read_text())
+    folder = ROOT / "tests" / "reference_configs" / architecture
+    folder = folder if folder.exists() else CONFIGS / architecture
+    measured = next(d["step_ms"] for d in result["decode"] if d["batch"] == 3)
+    step = price_step(load_inventory(str(folder), config_only=True), get_hardware("h200"),
+                      StepConfig(batch=3, context=256, full_decode_tokens=2))
+    assert _splits(step)
+    assert step.step_ms == pytest.approx(measured, rel=0.25)
+
+
 def test_preflight_prices_max_num_seqs_as_vllm_captures_it():
     """The serve line's --max-num-seqs decides it: 5 streams of a 5-sequence server are host-bound, 8 of an
     8-sequence server are not."""

@@ -102,7 +102,14 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # a fourteenth: Qwen3.6-35B-A3B whole (GDN hybrid MoE), CUDA graphs at 1, 5 and 10 streams of 1.5k tokens, as
          # the GB10 bench runs it: BF16 (the fit set's model) and NVFP4 on Marlin (GB10's path), two starts each
          **{f"{name}-1129c": f"vllm_h200_qwen36_graphs/{name}.json"
-            for name in ("q36-nvfp4-graphs", "q36-nvfp4-graphs-prof", "q36-bf16-graphs-prof", "q36-bf16-graphs-b")}}
+            for name in ("q36-nvfp4-graphs", "q36-nvfp4-graphs-prof", "q36-bf16-graphs-prof", "q36-bf16-graphs-b")},
+         # a fifteenth and sixteenth: decode steps in piecewise graphs (3 sequences, --max-num-seqs 3: padded to 4),
+         # 1 sequence in a FULL graph beside each; the second start's four set prefill.toml's piecewise rows
+         # (benchmarks/gpu_vllm/piecewise.py)
+         **{f"{name}-1129{start}": f"vllm_h200_piecewise/{name}.json"
+            for name, start in (("q8b-pw", "c"), ("qnext12-pw", "c"), ("nemo13-pw", "c"), ("q8b12l-pw", "d"),
+                                ("q8b-pw-b", "d"), ("qnext4l-pw", "d"), ("qnext24l-pw", "d"),
+                                ("qnext12l-pw-b", "d"))}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 # decode rows that are not one step of their batch, with why: (case, batch, context) -> reason
@@ -112,10 +119,12 @@ NOT_A_STEP = {**{("gemma4-31b-prof-1128d", batch, 16384): "the engine's KV pool 
               **{(case, 10, 1536): "Triton compiled the fused MoE kernel for the padded batch (16) inside the timed "
                  "generations (vLLM's log: 'Triton kernel JIT compilation during inference: fused_moe_kernel'); its two "
                  "repeats disagree 2.2x and 1.8x" for case in ("q36-bf16-graphs-prof-1129c", "q36-bf16-graphs-b-1129c")}}
-# held-out cases whose own step set a layer's eager Python in kernels.toml (benchmarks/gpu_vllm/eager_python.py):
-# not fitted by this fit, and no class's held-out point either (their error is in sample for that term)
+# held-out cases whose own steps set a table's term (eager_python.py: a layer's eager Python; piecewise.py: the
+# piecewise decode rows): not fitted by this fit, and no class's held-out point either (in sample for that term)
 SET_A_TERM = {case: "their steps set Gemma 4's decoder-layer eager Python (eager_python.py)"
-              for case in ("gemma4-31b-eager-1129", "gemma4-31b-eager-1129b", "gemma4-26b-eager-1129b")}
+              for case in ("gemma4-31b-eager-1129", "gemma4-31b-eager-1129b", "gemma4-26b-eager-1129b")} | \
+    {f"{name}-1129d": "their steps set the piecewise decode rows of prefill.toml (piecewise.py)"
+     for name in ("q8b12l-pw", "q8b-pw-b", "qnext4l-pw", "qnext24l-pw")}
 LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown"}
 HARDWARE = "h200"
 
@@ -149,11 +158,16 @@ def load_rows() -> list[Row]:
     hardware = get_hardware(HARDWARE)
     return [row for path, result, inventory, routing in results()
             for row in rows_for(result, inventory, hardware, case_of(path), routing,
-                                StepConfig(backend=ran_backend(result, inventory, hardware),
-                                           kv_cache_dtype=result.get("kv_cache_dtype") or "auto",
-                                           attention_backend=ran_attention(result),
-                                           full_decode_tokens=ran_full_decode(result, inventory, hardware)))
+                                ran_config(result, inventory, hardware))
             if (row.case, row.batch, row.context) not in NOT_A_STEP]
+
+
+def ran_config(result: dict, inventory, hardware) -> StepConfig:
+    """What a run set besides batch and context, as the step model takes it: the backend, KV dtype, attention
+    backend and largest FULL decode graph its engine ran."""
+    return StepConfig(backend=ran_backend(result, inventory, hardware),
+                      kv_cache_dtype=result.get("kv_cache_dtype") or "auto", attention_backend=ran_attention(result),
+                      full_decode_tokens=ran_full_decode(result, inventory, hardware))
 
 
 def ran_backend(result: dict, inventory, hardware):

@@ -4,9 +4,10 @@ vLLM captures a graph of each size in `capture_sizes` (vllm/config/vllm.py _set_
 the next one. Under FULL_AND_PIECEWISE (its default) a uniform decode step replays a FULL graph only where the padded
 step's requests fit --max-num-seqs (v1/worker/gpu/cudagraph_utils.py _init_candidates: a decode graph per capture
 size whose requests are at most max_num_seqs): with --max-num-seqs 5 the sizes are 1, 2, 4, 8, a batch of 5 pads to
-8, and no FULL graph of 8 exists, so it runs piecewise, its attention launched by the host every layer (Gemma 4 31B
-on an H200 at 5 streams: 37.8 ms a step, its kernels 19.4; at --max-num-seqs 10 the same batch 19.4 ms,
-benchmarks/results/vllm_h200_triton_fp8).
+8, and no FULL graph of 8 exists, so it runs piecewise, the host running the attention (and a hybrid's mixer) every
+layer between the pieces (Gemma 4 31B on an H200 at 5 streams: 37.8 ms a step, its kernels 19.4; at --max-num-seqs
+10 the same batch 19.4 ms, benchmarks/results/vllm_h200_triton_fp8). What each such layer costs the host is
+prefill.toml [[piecewise.decode]] (benchmarks/gpu_vllm/piecewise.py).
 """
 from __future__ import annotations
 
@@ -36,6 +37,6 @@ def past_full_note(max_num_seqs: int, full_sequences: int, captured_sequences: i
     if full_sequences >= min(max_num_seqs, captured_sequences):
         return None
     return (f"--max-num-seqs {max_num_seqs}: vLLM replays full decode graphs of up to {full_sequences} sequences; a "
-            f"larger batch pads to a capture size past --max-num-seqs and runs in piecewise graphs, the host launching "
-            f"each layer's attention (a --max-num-seqs that is itself a capture size avoids it: 1, 2, 4, a multiple of "
-            f"8 below 256, of 16 from 256)")
+            f"larger batch pads to a capture size past --max-num-seqs and runs in piecewise graphs, the host running "
+            f"each layer's attention (and a hybrid's GDN or Mamba mixer) between them (a --max-num-seqs that is itself "
+            f"a capture size avoids it: 1, 2, 4, a multiple of 8 below 256, of 16 from 256)")

@@ -197,6 +197,7 @@ class Segment:
     # a decode step in piecewise graphs: the host's work at each layer between them (the backend's forward, its
     # launches), while the GPU runs what it was given (in the step's host time, ReplicaStep.host_s)
     piecewise_host_s: float = 0.0
+    piecewise_splits: dict = field(default_factory=dict)  # what those are, by kind: split layers ("recurrent_step": 1)
     host_s: float = 0.0
     # a step larger than vLLM's CUDA-graph capture: its compiled kernels launched one by one from the host
     uncaptured_host_s: float | None = None
@@ -806,7 +807,9 @@ class _Terms:
     scan_host_us: dict  # kind -> the host's time of one recurrent layer's prompt kernels (outside vLLM's graphs)
     rates: "PrefillRates"
     piecewise_host_launches: float
-    piecewise_decode_launches: float  # a decode's work at each layer between piecewise graphs, in launches' worth
+    # a decode's host work between piecewise graphs, in launches' worth: per split layer by kind ("attention", a
+    # recurrent kind) and "recurrent_step" once a step (prefill.piecewise_decode_launches)
+    piecewise_decode_launches: dict
     dequant_bytes_per_weight: float  # an emulated kernel's BF16 copy, per weight it dequantizes
     backend_compute: str  # the tensor format the backend's GEMMs compute in
     backend_format: str  # the weights' format the backend runs
@@ -824,6 +827,7 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
     from .prefill import (
         SCAN_CHUNK_TOKENS,
         SCAN_FLOPS_PER_STATE_ELEMENT,
+        piecewise_decode_launches,
         piecewise_launches_per_attention_layer,
         prefill_rates,
         scan_host_us_per_layer,
@@ -937,7 +941,7 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
                   uncaptured_us=uncaptured_us_per_kernel(hardware)[0] if costs.host_us_per_kernel else 0.0,
                   scan_host_us=scan_host_us_per_layer(hardware)[0] if costs.host_us_per_kernel else {},
                   piecewise_host_launches=piecewise_launches_per_attention_layer(),
-                  piecewise_decode_launches=piecewise_launches_per_attention_layer("decode"),
+                  piecewise_decode_launches=piecewise_decode_launches(attention.backend),
                   dequant_bytes_per_weight=dequant, backend_compute=backend.compute, backend_format=backend.format,
                   routed_share=shape.experts_per_token / shape.num_experts if shape.num_experts else 0.0,
                   weight_only=backend.weight_only, efficiency=hardware.efficiency, placement=placement,
@@ -1149,13 +1153,20 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
         elif config.graphs and piecewise and not chunk_tokens and (t.attention_layers or t.scan_layers):
             # a decode's pieces: the host's Python between them, at every layer vLLM splits its graph (attention,
             # and a hybrid's recurrent mixers: CompilationConfig.splitting_ops)
-            seg.piecewise_host_s = (t.attention_layers + sum(t.scan_layers.values())) \
-                * terms.piecewise_decode_launches * terms.host_us * 1e-6
+            seg.piecewise_splits = {"attention": t.attention_layers, **t.scan_layers} if t.attention_layers \
+                else dict(t.scan_layers)
         elif piecewise and t.attention_layers:  # piecewise graphs: attention launched by the host between them
             seg.floor_s += t.attention_layers * terms.piecewise_host_launches * terms.host_us * 1e-6
         seg.floor_s += draft_host_s  # the drafts' launches outside graphs, the proposer's host time
         seg.host_s = (seg.eager_kernels + seg.host_equiv) * terms.host_us * 1e-6
         segments.append((key, seg))
+    if any(set(seg.piecewise_splits) - {"attention"} for _, seg in segments):
+        # a hybrid's piecewise step: its host time beyond its layers', once a step (carried by the step's segment)
+        tail = next((seg for key, seg in segments if key == ("tail",)), segments[-1][1])
+        tail.piecewise_splits = {**tail.piecewise_splits, "recurrent_step": 1}
+    for _, seg in segments:
+        seg.piecewise_host_s = sum(n * terms.piecewise_decode_launches[split] for split, n
+                                   in seg.piecewise_splits.items()) * terms.host_us * 1e-6
     stages: list[list[Segment]] = [[] for _ in range(pp)]
     for key, seg in sorted(segments, key=lambda ks: (ks[0][0] != "head", ks[0][0] == "tail",
                                                      ks[0][1] if len(ks[0]) > 1 else 0)):
