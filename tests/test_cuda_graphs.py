@@ -71,7 +71,7 @@ def _piecewise_rows() -> dict[str, float]:
     import tomllib
 
     table = tomllib.loads((ROOT / "roofline" / "data" / "prefill.toml").read_text())
-    return {row["split"]: row["launches"] for row in table["piecewise"]["decode"]}
+    return {row["split"]: row["launches"] for row in table["piecewise"]["split"]}
 
 
 def _splits(step) -> dict[str, int]:

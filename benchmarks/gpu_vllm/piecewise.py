@@ -1,5 +1,5 @@
 """The host's work per layer of a decode step run in vLLM's piecewise CUDA graphs, by what the graph is split at
-(prefill.toml [[piecewise.decode]]): fitted on one machine start's steps, checked on other starts' and models'.
+(prefill.toml [[piecewise.split]]): fitted on one machine start's steps, checked on other starts' and models'.
 
 A decode batch padded to a capture size whose requests exceed --max-num-seqs has no FULL graph: vLLM replays the
 piecewise graphs and, at every layer it splits them at (CompilationConfig.splitting_ops: attention, a hybrid's GDN
@@ -121,7 +121,7 @@ def refit_s(s: Step, terms: dict[str, float], table_rows: dict[str, float]) -> f
 
 def table_rows() -> dict[str, float]:
     import tomllib
-    return {row["split"]: row["launches"] for row in tomllib.loads(TABLE.read_text())["piecewise"]["decode"]}
+    return {row["split"]: row["launches"] for row in tomllib.loads(TABLE.read_text())["piecewise"]["split"]}
 
 
 def sources(terms: dict[str, float], table: list[Step]) -> dict[str, tuple[float, str, str]]:
@@ -150,7 +150,7 @@ def write_table(rows: dict[str, tuple[float, str, str]]) -> str:
     for split, (launches, kind, source) in rows.items():
         pattern = re.compile(rf'(split = "{re.escape(split)}"\n)launches = [^\n]*\nkind = [^\n]*\nsource = [^\n]*\n')
         if not pattern.search(text):
-            raise SystemExit(f"prefill.toml has no [[piecewise.decode]] row for {split}")
+            raise SystemExit(f"prefill.toml has no [[piecewise.split]] row for {split}")
         text = pattern.sub(lambda m: f'{m.group(1)}launches = {launches}\nkind = "{kind}"\nsource = '
                            + json.dumps(source) + "\n", text)
     return text
@@ -166,7 +166,7 @@ def main() -> int:
     rows = sources(terms, table)
     if args.check:
         if write_table(rows) != TABLE.read_text():
-            print("prefill.toml's [[piecewise.decode]] rows differ from the fit: run piecewise.py --table")
+            print("prefill.toml's [[piecewise.split]] rows differ from the fit: run piecewise.py --table")
             return 1
         print("prefill.toml holds the piecewise fit")
         return 0

@@ -7,7 +7,7 @@ size whose requests are at most max_num_seqs): with --max-num-seqs 5 the sizes a
 8, and no FULL graph of 8 exists, so it runs piecewise, the host running the attention (and a hybrid's mixer) every
 layer between the pieces (Gemma 4 31B on an H200 at 5 streams: 37.8 ms a step, its kernels 19.4; at --max-num-seqs
 10 the same batch 19.4 ms, benchmarks/results/vllm_h200_triton_fp8). What each such layer costs the host is
-prefill.toml [[piecewise.decode]] (benchmarks/gpu_vllm/piecewise.py).
+prefill.toml [[piecewise.split]] (benchmarks/gpu_vllm/piecewise.py).
 """
 from __future__ import annotations
 

@@ -806,10 +806,10 @@ class _Terms:
     uncaptured_us: float  # a compiled kernel launched from the host when no CUDA graph covers the step
     scan_host_us: dict  # kind -> the host's time of one recurrent layer's prompt kernels (outside vLLM's graphs)
     rates: "PrefillRates"
-    piecewise_host_launches: float
-    # a decode's host work between piecewise graphs, in launches' worth: per split layer by kind ("attention", a
-    # recurrent kind) and "recurrent_step" once a step (prefill.piecewise_decode_launches)
-    piecewise_decode_launches: dict
+    # the host's work between piecewise graphs, in launches' worth: per split layer by kind ("attention", a recurrent
+    # kind) and "recurrent_step" once a step (prefill.piecewise_launches): a decode's past the FULL graphs, and
+    # a prompt step's attention layers
+    piecewise_launches: dict
     dequant_bytes_per_weight: float  # an emulated kernel's BF16 copy, per weight it dequantizes
     backend_compute: str  # the tensor format the backend's GEMMs compute in
     backend_format: str  # the weights' format the backend runs
@@ -827,8 +827,7 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
     from .prefill import (
         SCAN_CHUNK_TOKENS,
         SCAN_FLOPS_PER_STATE_ELEMENT,
-        piecewise_decode_launches,
-        piecewise_launches_per_attention_layer,
+        piecewise_launches,
         prefill_rates,
         scan_host_us_per_layer,
         uncaptured_us_per_kernel,
@@ -940,8 +939,7 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
                   host_us=costs.host_us_per_kernel, step_host=costs, rates=prefill_rates(hardware),
                   uncaptured_us=uncaptured_us_per_kernel(hardware)[0] if costs.host_us_per_kernel else 0.0,
                   scan_host_us=scan_host_us_per_layer(hardware)[0] if costs.host_us_per_kernel else {},
-                  piecewise_host_launches=piecewise_launches_per_attention_layer(),
-                  piecewise_decode_launches=piecewise_decode_launches(attention.backend),
+                  piecewise_launches=piecewise_launches(attention.backend),
                   dequant_bytes_per_weight=dequant, backend_compute=backend.compute, backend_format=backend.format,
                   routed_share=shape.experts_per_token / shape.num_experts if shape.num_experts else 0.0,
                   weight_only=backend.weight_only, efficiency=hardware.efficiency, placement=placement,
@@ -1156,7 +1154,7 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
             seg.piecewise_splits = {"attention": t.attention_layers, **t.scan_layers} if t.attention_layers \
                 else dict(t.scan_layers)
         elif piecewise and t.attention_layers:  # piecewise graphs: attention launched by the host between them
-            seg.floor_s += t.attention_layers * terms.piecewise_host_launches * terms.host_us * 1e-6
+            seg.floor_s += t.attention_layers * terms.piecewise_launches["attention"] * terms.host_us * 1e-6
         seg.floor_s += draft_host_s  # the drafts' launches outside graphs, the proposer's host time
         seg.host_s = (seg.eager_kernels + seg.host_equiv) * terms.host_us * 1e-6
         segments.append((key, seg))
@@ -1165,7 +1163,7 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
         tail = next((seg for key, seg in segments if key == ("tail",)), segments[-1][1])
         tail.piecewise_splits = {**tail.piecewise_splits, "recurrent_step": 1}
     for _, seg in segments:
-        seg.piecewise_host_s = sum(n * terms.piecewise_decode_launches[split] for split, n
+        seg.piecewise_host_s = sum(n * terms.piecewise_launches[split] for split, n
                                    in seg.piecewise_splits.items()) * terms.host_us * 1e-6
     stages: list[list[Segment]] = [[] for _ in range(pp)]
     for key, seg in sorted(segments, key=lambda ks: (ks[0][0] != "head", ks[0][0] == "tail",
