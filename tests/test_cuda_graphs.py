@@ -111,20 +111,22 @@ def test_a_piecewise_decode_is_priced_by_what_its_graph_is_split_at():
     assert rows["FLASH_ATTN"] < rows["TRITON_ATTN"]
 
 
-@pytest.mark.parametrize("run, architecture", [
-    ("q8b-pw", "Qwen__Qwen3-8B"), ("qnext12-pw", "Qwen3-Next-80B-A3B-12layers"),
-    ("nemo13-pw", "Nemotron-3-Nano-13layers"), ("qnext12l-pw-b", "Qwen3-Next-80B-A3B-12layers"),
+@pytest.mark.parametrize("run, architecture, attention", [
+    ("q8b-pw", "Qwen__Qwen3-8B", None), ("qnext12-pw", "Qwen3-Next-80B-A3B-12layers", None),
+    ("nemo13-pw", "Nemotron-3-Nano-13layers", None), ("qnext12l-pw-b", "Qwen3-Next-80B-A3B-12layers", None),
+    ("q8b12l-triton-pw", "Qwen3-8B-12layers", "TRITON_ATTN"),
 ])
-def test_piecewise_decode_steps_the_fit_never_saw_are_priced_within_a_quarter(run, architecture):
+def test_piecewise_decode_steps_the_fit_never_saw_are_priced_within_a_quarter(run, architecture, attention):
     """Real vLLM 0.26 steps on an H200 (3 sequences, --max-num-seqs 3: padded to 4, piecewise) that did not set the
     table's rows (benchmarks/gpu_vllm/piecewise.py fits on another start's and other depths' steps): a dense model,
-    a GDN hybrid on two starts, and a Mamba hybrid whose layer figure is GDN's estimate."""
+    a GDN hybrid on two starts, a Mamba hybrid whose layer figure is GDN's estimate, and Triton's attention row
+    (calibrated on Gemma 4) on Qwen3-8B."""
     result = json.loads((PIECEWISE_RUNS / f"{run}.json").read_text())
     folder = ROOT / "tests" / "reference_configs" / architecture
     folder = folder if folder.exists() else CONFIGS / architecture
     measured = next(d["step_ms"] for d in result["decode"] if d["batch"] == 3)
     step = price_step(load_inventory(str(folder), config_only=True), get_hardware("h200"),
-                      StepConfig(batch=3, context=256, full_decode_tokens=2))
+                      StepConfig(batch=3, context=256, full_decode_tokens=2, attention_backend=attention))
     assert _splits(step)
     assert step.step_ms == pytest.approx(measured, rel=0.25)
 

@@ -103,13 +103,13 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # the GB10 bench runs it: BF16 (the fit set's model) and NVFP4 on Marlin (GB10's path), two starts each
          **{f"{name}-1129c": f"vllm_h200_qwen36_graphs/{name}.json"
             for name in ("q36-nvfp4-graphs", "q36-nvfp4-graphs-prof", "q36-bf16-graphs-prof", "q36-bf16-graphs-b")},
-         # a fifteenth and sixteenth: decode steps in piecewise graphs (3 sequences, --max-num-seqs 3: padded to 4),
+         # a fifteenth to seventeenth: decode steps in piecewise graphs (3 sequences, --max-num-seqs 3: padded to 4),
          # 1 sequence in a FULL graph beside each; the second start's four set prefill.toml's piecewise rows
          # (benchmarks/gpu_vllm/piecewise.py)
          **{f"{name}-1129{start}": f"vllm_h200_piecewise/{name}.json"
             for name, start in (("q8b-pw", "c"), ("qnext12-pw", "c"), ("nemo13-pw", "c"), ("q8b12l-pw", "d"),
                                 ("q8b-pw-b", "d"), ("qnext4l-pw", "d"), ("qnext24l-pw", "d"),
-                                ("qnext12l-pw-b", "d"))}}
+                                ("qnext12l-pw-b", "d"), ("q8b12l-triton-pw", "e"))}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 # decode rows that are not one step of their batch, with why: (case, batch, context) -> reason

@@ -49,6 +49,8 @@ STARTS = {
     # Qwen3.6-35B-A3B whole at 10 streams, --max-num-seqs 10 (padded to 16), NVFP4 on Marlin, two starts
     "2026-11-29 a": ["vllm_h200_qwen36_graphs/q36-nvfp4-graphs.json"],
     "2026-11-29 b": ["vllm_h200_qwen36_graphs/q36-nvfp4-graphs-prof.json"],
+    # Qwen3-8B at 12 layers on Triton's attention: a check of Triton's row on a model it was not calibrated on
+    "2026-11-29 e": ["vllm_h200_piecewise/q8b12l-triton-pw.json"],
     # Gemma 4 31B at 5 streams, --max-num-seqs 5 (padded to 8), Triton's attention: its row's calibration
     "2026-11-28 g": ["vllm_h200_triton_fp8/gemma4-31b-fp8kv-again.json"],
 }
