@@ -177,6 +177,8 @@ def main() -> int:
         tmp = TABLE.with_suffix(".toml.tmp")
         tmp.write_text(text)
         tmp.replace(TABLE)
+        if {split: table_rows().get(split) for split in rows} != {split: row[0] for split, row in rows.items()}:
+            raise SystemExit("prefill.toml did not read back as written")
     now = table_rows()
     print(f"fitted on {FIT_START}: " + ", ".join(f"{ROW[k]} {v:g}" for k, v in terms.items())
           + " launches' worth (mamba: gdn's, an estimate)")
