@@ -74,14 +74,6 @@ def _piecewise_rows() -> dict[str, float]:
     return {row["split"]: row["launches"] for row in table["piecewise"]["split"]}
 
 
-def _splits(step) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for seg in step.main.segments:
-        for kind, n in seg.piecewise_splits.items():
-            out[kind] = out.get(kind, 0) + n
-    return out
-
-
 def test_a_piecewise_decode_is_priced_by_what_its_graph_is_split_at():
     """Past the FULL graphs each layer vLLM splits the graph at costs the host that layer's own figure: a GDN
     layer, an attention layer on its backend, and once a step a hybrid's own host time; in a FULL graph none."""
@@ -91,13 +83,13 @@ def test_a_piecewise_decode_is_priced_by_what_its_graph_is_split_at():
     hybrid = load_inventory(str(CONFIGS / "Qwen3-Next-80B-A3B-12layers"), config_only=True)
     step = price_step(hybrid, h200, StepConfig(batch=3, context=256, full_decode_tokens=2,
                                                attention_backend="FLASH_ATTN"))
-    assert _splits(step) == {"attention": 3, "gdn": 9, "recurrent_step": 1}
+    assert step.main.piecewise_splits == {"attention": 3, "gdn": 9, "recurrent_step": 1}
     pieces = sum(seg.piecewise_host_s for seg in step.main.segments)
     assert pieces == pytest.approx((3 * rows["FLASH_ATTN"] + 9 * rows["gdn"] + rows["recurrent_step"]) * host_us * 1e-6)
     assert step.main.host_s > pieces
     full = price_step(hybrid, h200, StepConfig(batch=2, context=256, full_decode_tokens=2,
                                                attention_backend="FLASH_ATTN"))
-    assert _splits(full) == {}
+    assert full.main.piecewise_splits == {}
 
     dense = load_inventory(str(ROOT / "tests" / "reference_configs" / "Qwen__Qwen3-8B"), config_only=True)
     by_backend = {name: price_step(dense, h200, StepConfig(batch=3, context=256, full_decode_tokens=2,
@@ -127,7 +119,7 @@ def test_piecewise_decode_steps_the_fit_never_saw_are_priced_within_a_quarter(ru
     measured = next(d["step_ms"] for d in result["decode"] if d["batch"] == 3)
     step = price_step(load_inventory(str(folder), config_only=True), get_hardware("h200"),
                       StepConfig(batch=3, context=256, full_decode_tokens=2, attention_backend=attention))
-    assert _splits(step)
+    assert step.main.piecewise_splits
     assert step.step_ms == pytest.approx(measured, rel=0.25)
 
 

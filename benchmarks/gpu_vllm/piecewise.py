@@ -34,6 +34,7 @@ import fit  # noqa: E402
 from roofline.audit import load_inventory  # noqa: E402
 from roofline.predict.hardware import get_hardware  # noqa: E402
 from roofline.predict.launch import launch_costs  # noqa: E402
+from roofline.predict.prefill import piecewise_launches  # noqa: E402
 from roofline.predict.step import price_step  # noqa: E402
 
 RESULTS = fit.REPO / "benchmarks" / "results"
@@ -90,10 +91,7 @@ def steps() -> list[Step]:
             for row in result["decode"]:
                 step = price_step(inventory, hardware, replace(
                     base, batch=row["batch"], context=row["context"], routing=fit.dummy_routing(inventory)))
-                splits: dict[str, int] = {}
-                for seg in step.main.segments:
-                    for kind, n in seg.piecewise_splits.items():
-                        splits[kind] = splits.get(kind, 0) + n
+                splits = step.main.piecewise_splits
                 if not splits:
                     continue
                 pieces = sum(seg.piecewise_host_s for seg in step.main.segments)
@@ -112,12 +110,12 @@ def fitted_terms(table: list[Step]) -> dict[str, float]:
     return {term: round(float(x), 1) for term, x in zip(TERMS, solution)}
 
 
-def refit_s(s: Step, terms: dict[str, float], table_rows: dict[str, float]) -> float:
-    """The step's host time with the fitted terms (the table's for splits the fit does not set)."""
-    per_split = {**table_rows, **{k: v for k, v in terms.items() if k != "attention"},
-                 "attention": terms["attention"] if s.attention == "FLASH_ATTN" else
-                 table_rows.get(s.attention, table_rows["attention"])}
-    per_split["mamba"] = terms["gdn"]
+def refit_s(s: Step, terms: dict[str, float]) -> float:
+    """The step's host time with the fitted terms (the table's, as the step model resolves them, for the splits the
+    fit does not set)."""
+    per_split = {**piecewise_launches(s.attention), **terms, "mamba": terms["gdn"]}
+    if s.attention != ROW["attention"]:
+        per_split["attention"] = piecewise_launches(s.attention)["attention"]
     return s.rest_s + sum(n * per_split[k] for k, n in s.splits.items()) * s.host_us * 1e-6
 
 
@@ -179,13 +177,12 @@ def main() -> int:
         tmp.replace(TABLE)
         if {split: table_rows().get(split) for split in rows} != {split: row[0] for split, row in rows.items()}:
             raise SystemExit("prefill.toml did not read back as written")
-    now = table_rows()
     print(f"fitted on {FIT_START}: " + ", ".join(f"{ROW[k]} {v:g}" for k, v in terms.items())
           + " launches' worth (mamba: gdn's, an estimate)")
     print(f"\n{'start':<13} {'run':<48} {'batch':>5} {'splits':<34} {'step ms':>8} {'priced':>8} {'err':>6} "
           f"{'refit':>8} {'err':>6}")
     for s in table:
-        refit = max(refit_s(s, terms, now), s.device_s)
+        refit = max(refit_s(s, terms), s.device_s)
         splits = ", ".join(f"{k} {n}" for k, n in s.splits.items())
         mark = "  (fit)" if s.fitted else ""
         print(f"{s.start:<13} {s.file:<48} {s.batch:>5} {splits:<34} {s.measured_s * 1e3:8.2f} "

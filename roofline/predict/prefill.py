@@ -130,8 +130,9 @@ def scan_host_us_per_layer(hardware: Hardware) -> tuple[dict[str, float], str, s
 
 def piecewise_launches(attention_backend: str) -> dict[str, float]:
     """A step's host work between piecewise graphs (a prompt or mixed step's, a decode's past the FULL graphs), in
-    launches' worth, by what the graph is split at: "attention" (a layer on `attention_backend`: its own measured row, else the row for a
-    backend no step measured), each recurrent kind, and "recurrent_step" (once a step, where recurrent layers are)."""
+    launches' worth, by what the graph is split at: "attention" (a layer on `attention_backend`: its own measured
+    row, else the row for a backend no step measured), each recurrent kind, and "recurrent_step" (once a step,
+    where recurrent layers are)."""
     rows = {row["split"]: row["launches"] for row in load_table("prefill")["piecewise"]["split"]}
     return {**{split: n for split, n in rows.items() if split.islower()},
             "attention": rows.get(attention_backend, rows["attention"])}

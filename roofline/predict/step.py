@@ -301,6 +301,16 @@ class ReplicaStep:
     def round_trip_s(self, graphs: bool) -> float:
         return sum(self.stage_seconds(graphs)) + (self.handoff.seconds if self.handoff else 0.0)
 
+    @property
+    def piecewise_splits(self) -> dict[str, int]:
+        """The layers the step's piecewise graphs are split at, by kind (and "recurrent_step": 1): {} in a FULL
+        graph, eager, or a prompt step (whose attention layers' host time is in their floor)."""
+        out: dict[str, int] = {}
+        for seg in self.segments:
+            for kind, n in seg.piecewise_splits.items():
+                out[kind] = out.get(kind, 0) + n
+        return out
+
     def device_period_s(self, graphs: bool) -> float:
         """The step's period on the devices alone: the round trip, or the slowest stage's turn per micro-batch."""
         hand = self.handoff.seconds_each if self.handoff else 0.0
