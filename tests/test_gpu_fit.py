@@ -153,6 +153,9 @@ PROFILED = {  # profiled run (under benchmarks/results) -> its config (under the
     "vllm_h200_eager_hosts/q36-nvfp4-eager": REFERENCE + "nvidia__Qwen3.6-35B-A3B-NVFP4",
     # Gemma 4's dense layer eager (its v_norm, residual adds and layer scalar beyond the roles and cores)
     "vllm_h200_eager_1129/gemma4-31b-eager-1129": CUT + "gemma-4-31B-text",
+    # Qwen3.5's GDN and attention layers with CUDA graphs (no reorder; one fused q/k norm, rope and gate kernel)
+    "vllm_h200_qwen36_graphs/q36-bf16-graphs-prof": REFERENCE + "Qwen__Qwen3.6-35B-A3B",
+    "vllm_h200_qwen36_graphs/q36-nvfp4-graphs-prof": REFERENCE + "nvidia__Qwen3.6-35B-A3B-NVFP4",
 }
 
 

@@ -142,6 +142,21 @@ def _count(layer, role, backend, entry: dict, times: float = 1.0, source: str | 
                        eager_kernels=times * eager, host_equiv=host_equiv, host_own="eager_host_equiv" in entry)
 
 
+def _of_model_type(entry: dict, model_type: str) -> dict:
+    """A core entry as a model type whose layer launches its own count runs it (kernels_by_model_type with CUDA
+    graphs, eager_kernels_by_model_type one by one: Qwen3.5's GDN layer without Qwen3-Next's reorder)."""
+    graph = entry.get("kernels_by_model_type", {}).get(model_type)
+    eager = entry.get("eager_kernels_by_model_type", {}).get(model_type)
+    out = dict(entry)
+    if graph is not None:
+        out.update(kernels=graph, source=f"{entry['source']}; {model_type}: {entry['by_model_type_source']}")
+        if "eager_kernels" not in entry:  # the entry's eager count is its graph count: keep it
+            out["eager_kernels"] = entry["kernels"]
+    if eager is not None:
+        out["eager_kernels"] = eager
+    return out
+
+
 def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None) -> KernelProfile:
     table = load_table("kernels")
     roles_table, core, python = table["role"], table["core"], table["python"]
@@ -186,15 +201,13 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
         if layer in mla_layers:
             counts.append(_count(layer, "attention_core", "vllm", core["mla"]))
         elif layer in attention_layers:
-            counts.append(_count(layer, "attention_core", "vllm", core["attention"]))
+            counts.append(_count(layer, "attention_core", "vllm", _of_model_type(core["attention"], shape.model_type)))
             if qk_norm:
                 counts.append(_count(layer, "attention_core", "vllm", core["qk_norm"]))
             if gated:
                 counts.append(_count(layer, "attention_core", "vllm", core["attention_output_gate"]))
         elif recurrent_kind.get(layer) == "gdn":
-            gdn = core["gdn"]
-            eager = gdn.get("eager_kernels_by_model_type", {}).get(shape.model_type)
-            counts.append(_count(layer, "gdn_core", "triton", dict(gdn, eager_kernels=eager) if eager else gdn))
+            counts.append(_count(layer, "gdn_core", "triton", _of_model_type(core["gdn"], shape.model_type)))
         elif recurrent_kind.get(layer) == "mamba":
             counts.append(_count(layer, "mamba_core", "triton", core["mamba"], python=python["mamba"]))
         for role in GEMM_ROLES:
