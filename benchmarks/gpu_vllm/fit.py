@@ -109,7 +109,12 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          **{f"{name}-1129{start}": f"vllm_h200_piecewise/{name}.json"
             for name, start in (("q8b-pw", "c"), ("qnext12-pw", "c"), ("nemo13-pw", "c"), ("q8b12l-pw", "d"),
                                 ("q8b-pw-b", "d"), ("qnext4l-pw", "d"), ("qnext24l-pw", "d"),
-                                ("qnext12l-pw-b", "d"), ("q8b12l-triton-pw", "e"))}}
+                                ("qnext12l-pw-b", "d"), ("q8b12l-triton-pw", "e"))},
+         # an eighteenth: eager steps whose host launches take about the GPU's time (Llama-3.1-70B's layers cut to 8
+         # and 16: both ~4 and ~8 ms), CUDA graphs beside them, and Qwen3-8B eager (the host's speed), two runs
+         **{case: f"vllm_h200_eager_overlap/{case}.json"
+            for case in ("l70-8l-eager-1129f", "l70-8l-graphs-1129f", "l70-16l-eager-1129f", "q8b-eager-1129g",
+                         "l70-8l-eager-1129g", "l70-16l-graphs-1129g", "l70-16l-eager-1129g")}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 # decode rows that are not one step of their batch, with why: (case, batch, context) -> reason

@@ -2,12 +2,16 @@
 segment, with the advice it supports. No arithmetic of its own beyond reading the step."""
 from __future__ import annotations
 
+from roofline.data import load_table
+
 from .launch import graphs_apply
-from .step import StepTime
+from .step import StepTime, eager_totals
 
 
-def advice_for(benefit: float, eager_tok_s: float, graph_tok_s: float) -> str:
+def advice_for(benefit: float, eager_tok_s: float, graph_tok_s: float, host_share: float = 0.0) -> str:
+    """`host_share`: the eager host's launches over the GPU's step (launch.toml [eager_overlap])."""
     loss = 1.0 - 1.0 / benefit if benefit > 0 else 0.0
+    overlap = load_table("launch")["eager_overlap"]
     if benefit >= 1.10:
         return (f"keep CUDA graphs on; --enforce-eager costs ~{loss:.0%} "
                 f"({graph_tok_s:.1f} -> {eager_tok_s:.1f} tok/s): the host cannot launch this model's "
@@ -15,6 +19,10 @@ def advice_for(benefit: float, eager_tok_s: float, graph_tok_s: float) -> str:
     if benefit >= 1.02:
         return (f"keep CUDA graphs on; --enforce-eager costs ~{loss:.0%} "
                 f"({graph_tok_s:.1f} -> {eager_tok_s:.1f} tok/s)")
+    if host_share >= overlap["host_share"]:
+        return (f"keep CUDA graphs on: the GPU sets the pace on paper, but eager the host's launches take "
+                f"{host_share:.0%} of its step, and where they took about all of it --enforce-eager ran "
+                f"{overlap['measured_loss']} slower than graphs (launch.toml [eager_overlap])")
     return ("CUDA graphs change little here (the GPU, not kernel launches, sets the pace): "
             "--enforce-eager costs under 2% and is safe where graphs cause trouble")
 
@@ -28,6 +36,7 @@ def cuda_graph_summary(step: StepTime) -> dict | None:
     tokens = main.batch * main.tokens_per_sequence
     graph, eager = step.graph_tok_s, step.eager_tok_s
     benefit = graph / eager
+    device_s, host_s = eager_totals(main.segments)
     costs = step.costs
     per_layer = [{"layer": s.layer, "where": s.where, "stage": s.stage, "bytes_per_token": s.bytes / tokens,
                   "kernels": s.kernels, "graph_us": s.seconds(True) * 1e6, "eager_us": s.seconds(False) * 1e6}
@@ -36,7 +45,8 @@ def cuda_graph_summary(step: StepTime) -> dict | None:
         "kernels_per_token": step.profile.kernels_per_token / tokens,
         "eager_tok_s": eager, "graph_tok_s": graph, "benefit": benefit,
         "enforce_eager_loss": 1.0 - 1.0 / benefit if benefit > 0 else 0.0,
-        "advice": advice_for(benefit, eager, graph),
+        "eager_host_share": host_s / device_s if device_s > 0 else 0.0,
+        "advice": advice_for(benefit, eager, graph, host_s / device_s if device_s > 0 else 0.0),
         "kernel_counts": step.profile.origin,
         "host_us_per_kernel": costs.host_us_per_kernel, "host_cost_kind": costs.host_kind,
         "host_cost_source": costs.host_source,

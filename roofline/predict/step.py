@@ -245,11 +245,11 @@ def stage_seconds(segments, graphs: bool, memory: list[float] | None = None,
     memory = memory or [None] * len(segments)
     if graphs:
         return sum(n * s.seconds(True, m) for s, n, m in zip(segments, counts, memory))
-    device, host = _eager_totals(segments, counts, memory)
+    device, host = eager_totals(segments, counts, memory)
     return max(device, host) + sum(n * s.comm_s for s, n in zip(segments, counts))
 
 
-def _eager_totals(segments, counts: list[float] | None = None, memory: list[float] | None = None
+def eager_totals(segments, counts: list[float] | None = None, memory: list[float] | None = None
                   ) -> tuple[float, float]:
     """(the GPU's, the host's) seconds of an eager stage: each segment's roof and kernel floor, and its launches."""
     counts = counts or [1.0] * len(segments)
@@ -263,7 +263,7 @@ def stage_parts(segments, graphs: bool) -> dict[str, float]:
     """A stage's seconds as additive parts (stage_seconds's): the roof that binds each segment and its launches,
     or, eager and host-bound, the host's launches; the collectives."""
     parts = {"memory": 0.0, "compute": 0.0, "launch": 0.0, "communication": 0.0}
-    device, host = _eager_totals(segments)
+    device, host = eager_totals(segments)
     if not graphs and host > device + 1e-15:  # the host cannot issue the stage's kernels fast enough
         parts["launch"] = host
         parts["communication"] = sum(s.comm_s for s in segments)
