@@ -182,6 +182,19 @@ def test_validation_files_are_current():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_eager_overlap_table_is_what_the_runs_give():
+    """launch.toml [eager_overlap] is eager_overlap.py's reading of the eager and graph steps it names (--check), and
+    its points run from no loss (GB10's dense seed, eager as fast as graphs) to a loss where the host's launches take
+    about the GPU's time."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_vllm" / "eager_overlap.py"), "--check"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    points = load_table("launch")["eager_overlap"]["loss_by_host_share"]
+    assert points[0][1] == 0.0 and max(loss for _, loss in points) > 0.3 and points[-1][0] > 0.9
+
+
 def test_every_tok_s_carries_its_band():
     """audit's expected tok/s: the band of its class on the H200; the H200's as the nearest class on an
     H100 (same generation), widened by the measured transfer error; GB10's own class (dense: from the seeds,

@@ -114,7 +114,11 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # and 16: both ~4 and ~8 ms), CUDA graphs beside them, and Qwen3-8B eager (the host's speed), two runs
          **{case: f"vllm_h200_eager_overlap/{case}.json"
             for case in ("l70-8l-eager-1129f", "l70-8l-graphs-1129f", "l70-16l-eager-1129f", "q8b-eager-1129g",
-                         "l70-8l-eager-1129g", "l70-16l-graphs-1129g", "l70-16l-eager-1129g")}}
+                         "l70-8l-eager-1129g", "l70-16l-graphs-1129g", "l70-16l-eager-1129g")},
+         # a nineteenth: the 8-layer shape with its MLP widened (45,056, 65,536, 98,304: the host's launches 0.71,
+         # 0.53 and 0.38 of the GPU's step), eager and graphs; the eager steps set launch.toml [eager_overlap]
+         **{f"{name}-{mode}-1129h": f"vllm_h200_eager_overlap/{name}-{mode}-1129h.json"
+            for name in ("l70m45", "l70m64", "l70m96") for mode in ("eager", "graphs")}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 # decode rows that are not one step of their batch, with why: (case, batch, context) -> reason
@@ -129,7 +133,10 @@ NOT_A_STEP = {**{("gemma4-31b-prof-1128d", batch, 16384): "the engine's KV pool 
 SET_A_TERM = {case: "their steps set Gemma 4's decoder-layer eager Python (eager_python.py)"
               for case in ("gemma4-31b-eager-1129", "gemma4-31b-eager-1129b", "gemma4-26b-eager-1129b")} | \
     {f"{name}-1129d": "their steps set the piecewise decode rows of prefill.toml (piecewise.py)"
-     for name in ("q8b12l-pw", "q8b-pw-b", "qnext4l-pw", "qnext24l-pw")}
+     for name in ("q8b12l-pw", "q8b-pw-b", "qnext4l-pw", "qnext24l-pw")} | \
+    {case: "their steps set the eager overlap loss of launch.toml (eager_overlap.py)"
+     for case in ("l70-8l-eager-1129f", "l70-8l-eager-1129g", "l70-16l-eager-1129f", "l70-16l-eager-1129g",
+                  "l70m45-eager-1129h", "l70m64-eager-1129h", "l70m96-eager-1129h")}
 LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown"}
 HARDWARE = "h200"
 

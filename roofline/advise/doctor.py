@@ -283,8 +283,8 @@ def diagnose(inventory: Inventory, hardware: Hardware, serving: Serving, measure
             pair = _joint_fixes(remaining, inv, cfg, hardware, tok_s, floor)
             if pair is None:
                 break
-            # ... unless it pays together with another: two limits bind at once (eager launches and an emulated
-            # kernel: either alone leaves the other setting the pace), the pair goes next, in its better order
+            # ... unless it pays together with another: two limits bind at once (either alone leaves the other
+            # setting the pace), the pair goes next, in its better order
             first, second = pair
             for fix, partner in ((first, second), (second, None)):
                 remaining.remove(fix)

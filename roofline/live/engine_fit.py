@@ -17,6 +17,7 @@ import numpy as np
 from roofline.model.inventory import Inventory
 from roofline.predict.bands import model_family
 from roofline.predict.hardware import Hardware
+from roofline.predict.launch import eager_overlap_factor, eager_overlap_points
 from roofline.predict.step import StepConfig, host_floor, price_step
 
 # how vLLM's dummy weights route a MoE's tokens, by model_type: its loader fills every parameter with small
@@ -96,7 +97,8 @@ class Row:
         """The eager step; `extra_equiv` replaces the table's other Python work (host_equiv)."""
         launches = self.eager_kernels + self.moe_layers * moe_equiv + self.mamba_layers * mamba_equiv \
             + (self.host_equiv if extra_equiv is None else extra_equiv)
-        return max(self.device_s(efficiency, floor_us, utilization), launches * host_us * 1e-6)
+        device, host = self.device_s(efficiency, floor_us, utilization), launches * host_us * 1e-6
+        return max(device * eager_overlap_factor(host, device), host)  # predict/step.stage_seconds
 
 
 def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, routing: str = "uniform",
@@ -194,12 +196,16 @@ def fit_eager(rows: list[Row], efficiency: float, floor_us: float, utilization: 
     """(host us per kernel, MoE layer's Python, Mamba layer's Python in launches' worth), the rest fixed."""
     moe = MOE_EQUIVS if any(r.moe_layers for r in rows) else MOE_EQUIVS[:1]
     mamba = MAMBA_EQUIVS if any(r.mamba_layers for r in rows) else MAMBA_EQUIVS[:1]
+    shares, losses = eager_overlap_points()
     loss = 0.0
     for r in rows:
         device = r.device_s(efficiency, (family_floors or {}).get(r.family, floor_us), utilization)
         launches = r.eager_kernels + r.host_equiv + r.moe_layers * moe[:, None] + r.mamba_layers * mamba[None, :]
         host = launches[None, :, :] * HOSTS_US[:, None, None] * 1e-6
-        loss = loss + np.log(np.maximum(host, device) * 1e3 / r.measured_ms) ** 2
+        waiting = device * (1.0 + np.interp(host / device, shares, losses, left=0.0)) if shares else device
+        if shares:  # at the first share itself its loss, below it none (predict/launch.eager_overlap_factor)
+            waiting = np.where(host / device < shares[0], device, waiting)
+        loss = loss + np.log(np.maximum(host, waiting) * 1e3 / r.measured_ms) ** 2
     h, m, a = np.unravel_index(np.argmin(loss), loss.shape)
     return float(HOSTS_US[h]), float(moe[m]), float(mamba[a])
 

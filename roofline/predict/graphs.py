@@ -2,27 +2,23 @@
 segment, with the advice it supports. No arithmetic of its own beyond reading the step."""
 from __future__ import annotations
 
-from roofline.data import load_table
-
 from .launch import graphs_apply
 from .step import StepTime, eager_totals
 
 
 def advice_for(benefit: float, eager_tok_s: float, graph_tok_s: float, host_share: float = 0.0) -> str:
-    """`host_share`: the eager host's launches over the GPU's step (launch.toml [eager_overlap])."""
+    """`host_share`: the eager host's launches over the GPU's time (past 1 the host sets an eager step's pace;
+    short of it the GPU waits on the host's stalls, launch.toml [eager_overlap])."""
     loss = 1.0 - 1.0 / benefit if benefit > 0 else 0.0
-    overlap = load_table("launch")["eager_overlap"]
     if benefit >= 1.10:
+        why = ("the host cannot launch this model's small kernels as fast as the GPU runs them" if host_share > 1
+               else f"eager, the host's launches take {host_share:.0%} of the GPU's time and the GPU waits on every "
+                    "stall of the host (measured: launch.toml [eager_overlap])")
         return (f"keep CUDA graphs on; --enforce-eager costs ~{loss:.0%} "
-                f"({graph_tok_s:.1f} -> {eager_tok_s:.1f} tok/s): the host cannot launch this model's "
-                f"small kernels as fast as the GPU runs them")
+                f"({graph_tok_s:.1f} -> {eager_tok_s:.1f} tok/s): {why}")
     if benefit >= 1.02:
         return (f"keep CUDA graphs on; --enforce-eager costs ~{loss:.0%} "
                 f"({graph_tok_s:.1f} -> {eager_tok_s:.1f} tok/s)")
-    if host_share >= overlap["host_share"]:
-        return (f"keep CUDA graphs on: the GPU sets the pace on paper, but eager the host's launches take "
-                f"{host_share:.0%} of its step, and where they took about all of it --enforce-eager ran "
-                f"{overlap['measured_loss']} slower than graphs (launch.toml [eager_overlap])")
     return ("CUDA graphs change little here (the GPU, not kernel launches, sets the pace): "
             "--enforce-eager costs under 2% and is safe where graphs cause trouble")
 

@@ -63,3 +63,25 @@ def launch_costs(hardware: Hardware, host_us_per_kernel: float | None = None, fa
     return LaunchCosts(host["host_us_per_kernel"], host["kind"], host["source"],
                        floor["graph_floor_us_per_kernel"], floor["kind"], floor["source"],
                        step["fixed_us"], step["per_request_us"], step["kind"], step["source"])
+
+
+def eager_overlap_points() -> tuple[list[float], list[float]]:
+    """launch.toml [eager_overlap]: the host's share of the GPU's eager step, and the loss measured at it."""
+    pairs = load_table("launch")["eager_overlap"]["loss_by_host_share"]
+    return [float(share) for share, _ in pairs], [float(loss) for _, loss in pairs]
+
+
+def eager_overlap_factor(host_s: float, device_s: float) -> float:
+    """What an eager step takes over the GPU's time when the host's launches take `host_s` against its `device_s`:
+    1 + the measured loss at that share (linear between the table's points, none below the first, the last past
+    it). The step is at least the host's time besides (step.stage_seconds)."""
+    shares, losses = eager_overlap_points()
+    if device_s <= 0 or not shares:
+        return 1.0
+    share = host_s / device_s
+    if share <= shares[0]:
+        return 1.0 + losses[0] if share == shares[0] else 1.0
+    for (x0, y0), (x1, y1) in zip(zip(shares, losses), zip(shares[1:], losses[1:])):
+        if share <= x1:
+            return 1.0 + y0 + (y1 - y0) * (share - x0) / (x1 - x0)
+    return 1.0 + losses[-1]

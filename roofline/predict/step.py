@@ -19,9 +19,10 @@ lm_head, MTP head and the step's own kernels on the last), and every segment cos
                a weight-only backend's own share for its GEMMs: Backend.gemm_utilization)
                + attention over the context
     graphs:  max(memory, compute) + kernels x graph floor                      + collectives
-    eager:   max(max(memory, compute) + kernels x graph floor, kernels x host cost) + collectives
+    eager:   max((max(memory, compute) + kernels x graph floor) x overlap, kernels x host cost) + collectives
              (over a pipeline stage's layers at once: the host runs ahead of the GPU through slow layers and falls
-             behind through quick ones, stage_seconds)
+             behind through quick ones, stage_seconds; overlap: 1 + the loss measured where the host's launches
+             take that share of the GPU's time, the GPU waiting on the host's stalls: launch.toml [eager_overlap])
 
 With CUDA graphs a step also takes at least the engine's host time per step (scheduling, input preparation,
 output processing: fixed + per request the step holds, launch.toml [step_host]): vLLM's async scheduling forms
@@ -53,7 +54,7 @@ from .bands import model_family
 from .cuda_graphs import capture_sizes
 from .hardware import Hardware
 from .kernels import KernelProfile, estimate_kernels
-from .launch import LaunchCosts, launch_costs
+from .launch import LaunchCosts, eager_overlap_factor, launch_costs
 from .links import allreduce_factor
 from .topology import (
     ACTIVATION_BYTES,
@@ -246,7 +247,7 @@ def stage_seconds(segments, graphs: bool, memory: list[float] | None = None,
     if graphs:
         return sum(n * s.seconds(True, m) for s, n, m in zip(segments, counts, memory))
     device, host = eager_totals(segments, counts, memory)
-    return max(device, host) + sum(n * s.comm_s for s, n in zip(segments, counts))
+    return max(device * eager_overlap_factor(host, device), host) + sum(n * s.comm_s for s, n in zip(segments, counts))
 
 
 def eager_totals(segments, counts: list[float] | None = None, memory: list[float] | None = None
@@ -264,7 +265,8 @@ def stage_parts(segments, graphs: bool) -> dict[str, float]:
     or, eager and host-bound, the host's launches; the collectives."""
     parts = {"memory": 0.0, "compute": 0.0, "launch": 0.0, "communication": 0.0}
     device, host = eager_totals(segments)
-    if not graphs and host > device + 1e-15:  # the host cannot issue the stage's kernels fast enough
+    waits = device * (eager_overlap_factor(host, device) - 1.0)  # eager: the GPU waiting on the host's stalls
+    if not graphs and host > device + waits + 1e-15:  # the host cannot issue the stage's kernels fast enough
         parts["launch"] = host
         parts["communication"] = sum(s.comm_s for s in segments)
         return parts
@@ -278,7 +280,17 @@ def stage_parts(segments, graphs: bool) -> dict[str, float]:
                                                                                       segment.compute_s)
         parts["launch"] += segment.floor_s
         parts["communication"] += segment.comm_s
+    if not graphs:
+        parts["launch"] += waits
     return parts
+
+
+def eager_waits(segments) -> float:
+    """Eager and the GPU's pace: the seconds the GPU waits on the host's stalls beyond its own (stage_seconds's
+    overlap loss); 0 where the host sets the pace."""
+    device, host = eager_totals(segments)
+    waits = device * (eager_overlap_factor(host, device) - 1.0)
+    return 0.0 if host > device + waits + 1e-15 else waits
 
 
 @dataclass
@@ -347,6 +359,8 @@ class Breakdown:
     memory_time_s: float  # raw terms, not split by which binds: all bytes at the achievable bandwidth,
     compute_time_s: float  # all FLOPs at the achievable rate, all kernels x the mode's launch cost
     launch_time_s: float
+    # eager and the GPU's pace: of launch_s, the GPU waiting on the host's stalls (launch.toml [eager_overlap])
+    eager_wait_s: float = 0.0
 
     @property
     def bytes(self) -> float:
@@ -367,7 +381,7 @@ class Breakdown:
                 "extra_bytes": self.extra_bytes, "kernels": self.kernels, "collectives": self.collectives,
                 "memory_ms": self.memory_s * 1e3, "compute_ms": self.compute_s * 1e3, "launch_ms": self.launch_s * 1e3,
                 "communication_ms": self.communication_s * 1e3, "pipeline_ms": self.pipeline_s * 1e3,
-                "host_ms": self.host_s * 1e3,
+                "host_ms": self.host_s * 1e3, "eager_wait_ms": self.eager_wait_s * 1e3,
                 "step_ms": self.seconds * 1e3, "bound": self.bound,
                 "memory_time_ms": self.memory_time_s * 1e3, "compute_time_ms": self.compute_time_s * 1e3,
                 "launch_time_ms": self.launch_time_s * 1e3}
@@ -520,7 +534,8 @@ class StepTime:
             pipeline_s=max(0.0, step.device_period_s(graphs) - step.round_trip_s(graphs)),
             host_s=step.period_s(graphs) - step.device_period_s(graphs),
             memory_time_s=sum(s.memory_s for s in segments), compute_time_s=sum(s.compute_s for s in segments),
-            launch_time_s=launch_time_s)
+            launch_time_s=launch_time_s,
+            eager_wait_s=0.0 if graphs else sum(eager_waits(stage) for stage in step.stages))
 
     @property
     def bound(self) -> str:

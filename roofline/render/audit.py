@@ -33,8 +33,10 @@ def step_made_of(step) -> str:
             if b.launch_s >= b.launch_time_s - 1e-12:  # the host's launches set the pace
                 parts.append(f"host {milliseconds(b.launch_s * 1e3)} ({host})")
             else:  # the GPU's: the host launches ahead of it (predict/step.stage_seconds)
+                waits = (f" + {milliseconds(b.eager_wait_s * 1e3)} the GPU waits on the host's stalls "
+                         f"(launch.toml [eager_overlap])" if b.eager_wait_s > 0 else "")
                 parts.append(f"launches {milliseconds(b.launch_s * 1e3)} ({b.kernels:.0f} kernels x "
-                             f"{step.costs.graph_floor_us_per_kernel:g} us; the host's "
+                             f"{step.costs.graph_floor_us_per_kernel:g} us{waits}; the host's "
                              f"{milliseconds(b.launch_time_s * 1e3)}, {host}, runs ahead of the GPU)")
     if b.communication_s > 0:
         parts.append(f"collectives {milliseconds(b.communication_s * 1e3)}")
