@@ -194,7 +194,7 @@ def test_doctor_and_capacity_sections_render_in_chromium(browser, tmp_path):
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "second model" in refused.stderr
     assert doctor_path.read_bytes() == before
     assert cli(*capacity, "--html", str(capacity_path)).returncode == 0
-    for path, chart, table, rows in ((doctor_path, "chart-doctor", "#doctor-table", 2),
+    for path, chart, table, rows in ((doctor_path, "chart-doctor", "#doctor-table", 3),
                                      (capacity_path, "chart-capacity", "#capacity-table", 9)):
         page, problems = open_page(browser, path)
         page.wait_for_selector(f"#{chart} .main-svg", timeout=30_000)

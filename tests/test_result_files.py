@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from roofline.data import load_table
 from roofline.errors import RooflineError
 from roofline.live.result_files import measurement_from
 
@@ -131,7 +132,8 @@ def test_calibrate_fits_an_entry_to_result_files_and_audit_prices_with_it(tmp_pa
     assert all(p["left_out_error"] is not None for p in out["points"])
     assert "fitted to 3 measured levels" in out["entry"]["efficiency_source"]
     # still a DGX Spark: the tables keyed by hardware (GB10's graph floor, its ConnectX-7 pair) apply to it
-    assert out["entry"]["derived_from"] == "gb10" and out["entry"]["graph_floor_us_per_kernel"] == 1.25
+    assert out["entry"]["derived_from"] == "gb10" and \
+        out["entry"]["graph_floor_us_per_kernel"] == load_table("launch")["floor"]["gb10"]["graph_floor_us_per_kernel"]
     assert out["saved"]["key"] == "my-spark" and hw_file.exists()
     audit = subprocess.run([sys.executable, "-m", "roofline.cli", "audit", str(MODEL), "--hardware", "my-spark",
                             "--context", "1536", "--kv-cache-dtype", "fp8", "--json"], capture_output=True, text=True,

@@ -17,7 +17,7 @@ import numpy as np
 from roofline.model.inventory import Inventory
 from roofline.predict.bands import model_family
 from roofline.predict.hardware import Hardware
-from roofline.predict.launch import eager_overlap_factor, eager_overlap_points
+from roofline.predict.launch import eager_overlap_factor
 from roofline.predict.step import StepConfig, host_floor, price_step
 
 # how vLLM's dummy weights route a MoE's tokens, by model_type: its loader fills every parameter with small
@@ -196,15 +196,12 @@ def fit_eager(rows: list[Row], efficiency: float, floor_us: float, utilization: 
     """(host us per kernel, MoE layer's Python, Mamba layer's Python in launches' worth), the rest fixed."""
     moe = MOE_EQUIVS if any(r.moe_layers for r in rows) else MOE_EQUIVS[:1]
     mamba = MAMBA_EQUIVS if any(r.mamba_layers for r in rows) else MAMBA_EQUIVS[:1]
-    shares, losses = eager_overlap_points()
     loss = 0.0
     for r in rows:
         device = r.device_s(efficiency, (family_floors or {}).get(r.family, floor_us), utilization)
         launches = r.eager_kernels + r.host_equiv + r.moe_layers * moe[:, None] + r.mamba_layers * mamba[None, :]
         host = launches[None, :, :] * HOSTS_US[:, None, None] * 1e-6
-        waiting = device * (1.0 + np.interp(host / device, shares, losses, left=0.0)) if shares else device
-        if shares:  # at the first share itself its loss, below it none (predict/launch.eager_overlap_factor)
-            waiting = np.where(host / device < shares[0], device, waiting)
+        waiting = device * eager_overlap_factor(host, np.full_like(host, device))  # predict/step.stage_seconds
         loss = loss + np.log(np.maximum(host, waiting) * 1e3 / r.measured_ms) ** 2
     h, m, a = np.unravel_index(np.argmin(loss), loss.shape)
     return float(HOSTS_US[h]), float(moe[m]), float(mamba[a])

@@ -2,16 +2,17 @@
 segment, with the advice it supports. No arithmetic of its own beyond reading the step."""
 from __future__ import annotations
 
-from .launch import graphs_apply
+from .launch import eager_overlap_factor, graphs_apply
 from .step import StepTime, eager_totals
 
 
-def advice_for(benefit: float, eager_tok_s: float, graph_tok_s: float, host_share: float = 0.0) -> str:
-    """`host_share`: the eager host's launches over the GPU's time (past 1 the host sets an eager step's pace;
-    short of it the GPU waits on the host's stalls, launch.toml [eager_overlap])."""
+def advice_for(benefit: float, eager_tok_s: float, graph_tok_s: float, host_share: float = 0.0,
+               host_bound: bool = True) -> str:
+    """`host_share`: the eager host's launches over the GPU's time; `host_bound`: they set the eager step's pace
+    (else the GPU does, waiting on the host's stalls: launch.toml [eager_overlap])."""
     loss = 1.0 - 1.0 / benefit if benefit > 0 else 0.0
     if benefit >= 1.10:
-        why = ("the host cannot launch this model's small kernels as fast as the GPU runs them" if host_share > 1
+        why = ("the host cannot launch this model's small kernels as fast as the GPU runs them" if host_bound
                else f"eager, the host's launches take {host_share:.0%} of the GPU's time and the GPU waits on every "
                     "stall of the host (measured: launch.toml [eager_overlap])")
         return (f"keep CUDA graphs on; --enforce-eager costs ~{loss:.0%} "
@@ -33,6 +34,7 @@ def cuda_graph_summary(step: StepTime) -> dict | None:
     graph, eager = step.graph_tok_s, step.eager_tok_s
     benefit = graph / eager
     device_s, host_s = eager_totals(main.segments)
+    share = host_s / device_s if device_s > 0 else 0.0
     costs = step.costs
     per_layer = [{"layer": s.layer, "where": s.where, "stage": s.stage, "bytes_per_token": s.bytes / tokens,
                   "kernels": s.kernels, "graph_us": s.seconds(True) * 1e6, "eager_us": s.seconds(False) * 1e6}
@@ -41,8 +43,8 @@ def cuda_graph_summary(step: StepTime) -> dict | None:
         "kernels_per_token": step.profile.kernels_per_token / tokens,
         "eager_tok_s": eager, "graph_tok_s": graph, "benefit": benefit,
         "enforce_eager_loss": 1.0 - 1.0 / benefit if benefit > 0 else 0.0,
-        "eager_host_share": host_s / device_s if device_s > 0 else 0.0,
-        "advice": advice_for(benefit, eager, graph, host_s / device_s if device_s > 0 else 0.0),
+        "eager_host_share": share,
+        "advice": advice_for(benefit, eager, graph, share, host_s > device_s * eager_overlap_factor(host_s, device_s)),
         "kernel_counts": step.profile.origin,
         "host_us_per_kernel": costs.host_us_per_kernel, "host_cost_kind": costs.host_kind,
         "host_cost_source": costs.host_source,

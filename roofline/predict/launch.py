@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from roofline.data import load_table
 from roofline.errors import RooflineError
 
@@ -71,17 +73,15 @@ def eager_overlap_points() -> tuple[list[float], list[float]]:
     return [float(share) for share, _ in pairs], [float(loss) for _, loss in pairs]
 
 
-def eager_overlap_factor(host_s: float, device_s: float) -> float:
+def eager_overlap_factor(host_s, device_s):
     """What an eager step takes over the GPU's time when the host's launches take `host_s` against its `device_s`:
     1 + the measured loss at that share (linear between the table's points, none below the first, the last past
-    it). The step is at least the host's time besides (step.stage_seconds)."""
+    it). The step is at least the host's time besides (step.stage_seconds). Floats or arrays alike (the fits price
+    a grid of host costs with it: live/engine_fit)."""
     shares, losses = eager_overlap_points()
-    if device_s <= 0 or not shares:
-        return 1.0
-    share = host_s / device_s
-    if share <= shares[0]:
-        return 1.0 + losses[0] if share == shares[0] else 1.0
-    for (x0, y0), (x1, y1) in zip(zip(shares, losses), zip(shares[1:], losses[1:])):
-        if share <= x1:
-            return 1.0 + y0 + (y1 - y0) * (share - x0) / (x1 - x0)
-    return 1.0 + losses[-1]
+    if not shares:
+        return np.ones_like(np.asarray(host_s, dtype=float)) if np.ndim(host_s) else 1.0
+    share = np.divide(host_s, device_s, out=np.zeros_like(np.asarray(host_s, dtype=float)),
+                      where=np.asarray(device_s) > 0) if np.ndim(host_s) else (host_s / device_s if device_s > 0 else 0.0)
+    loss = np.where(np.asarray(share) < shares[0], 0.0, np.interp(share, shares, losses))
+    return 1.0 + (loss if np.ndim(loss) else float(loss))
