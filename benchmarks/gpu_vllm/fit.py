@@ -118,7 +118,11 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # a nineteenth: the 8-layer shape with its MLP widened (45,056, 65,536, 98,304: the host's launches 0.71,
          # 0.53 and 0.38 of the GPU's step), eager and graphs; the eager steps set launch.toml [eager_overlap]
          **{f"{name}-{mode}-1129h": f"vllm_h200_eager_overlap/{name}-{mode}-1129h.json"
-            for name in ("l70m45", "l70m64", "l70m96") for mode in ("eager", "graphs")}}
+            for name in ("l70m45", "l70m64", "l70m96") for mode in ("eager", "graphs")},
+         # a twentieth: the overlap loss checked on another family (Qwen3's layer at Qwen3-32B's width, 8 layers, its
+         # MLP widened to 81,920 and 122,880: the host's launches 0.77 and 0.55 of the GPU's step), held out
+         **{f"{name}-{mode}-1129i": f"vllm_h200_eager_overlap/{name}-{mode}-1129i.json"
+            for name in ("q32m80", "q32m120") for mode in ("eager", "graphs")}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 # decode rows that are not one step of their batch, with why: (case, batch, context) -> reason
