@@ -109,7 +109,7 @@ def kernel_table(data: list[dict]) -> str:
     attention = [r for r in data if r["kind"] == "attention"]
     meta = json.loads(SOURCES[0][0].read_text())
     lines = ["# Written by benchmarks/gpu_vllm/decode_rates.py --table from the runs below; do not edit.",
-             "# vLLM 0.26's paged decode attention kernels timed one by one (torch's profiler, device time): one query",
+             "# vLLM 0.26's paged decode attention kernels timed one by one (torch's profiler, GPU kernel time): one query",
              "# token per sequence, every sequence at `context` tokens, KV blocks of 16 (32 for a Gemma 4 global layer)",
              "# in a random order; Triton's as vLLM's backend calls it (packed K|V cache, an FP8 query with an FP8",
              "# cache, the model's 3D threshold). The step model (roofline/predict/attention.py) prices a backend's",
@@ -120,7 +120,7 @@ def kernel_table(data: list[dict]) -> str:
              'DECODE_ATTENTION_MODELS=gemma4-31b-global,gemma4-26b-global bash benchmarks/gpu_vllm/run_probe.sh '
              'decode-kernels --only attention"',
              'source = "benchmarks/results/vllm_h200_triton_fp8/decode_kernels_attention.json, '
-             'decode_kernels_gemma_global.json (benchmarks/RESULTS-gpu.md, 2026-11-28, sixth session)"', ""]
+             'decode_kernels_gemma_global.json (benchmarks/RESULTS-gpu.md, 2026-11-28: Triton\'s attention as vLLM runs it)"', ""]
     layouts = sorted({(r["model"], r["q_heads"], r["kv_heads"], r["head_dim"], r["window"], r["sinks"])
                       for r in attention})
     for model, hq, hkv, d, window, sinks in layouts:

@@ -201,7 +201,7 @@ def fit_eager(rows: list[Row], efficiency: float, floor_us: float, utilization: 
         device = r.device_s(efficiency, (family_floors or {}).get(r.family, floor_us), utilization)
         launches = r.eager_kernels + r.host_equiv + r.moe_layers * moe[:, None] + r.mamba_layers * mamba[None, :]
         host = launches[None, :, :] * HOSTS_US[:, None, None] * 1e-6
-        waiting = device * eager_overlap_factor(host, np.full_like(host, device))  # predict/step.stage_seconds
+        waiting = device * eager_overlap_factor(host, device)  # predict/step.stage_seconds
         loss = loss + np.log(np.maximum(host, waiting) * 1e3 / r.measured_ms) ** 2
     h, m, a = np.unravel_index(np.argmin(loss), loss.shape)
     return float(HOSTS_US[h]), float(moe[m]), float(mamba[a])

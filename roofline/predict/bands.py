@@ -11,10 +11,11 @@ its own worst point -- or in sample where no point was left out, as the table sa
 
 Off the validated GPUs the band is the nearest class's widened: on another GPU by the transfer error
 (validation.toml [transfer]: the error on the published GB10 runs in benchmarks/gb10/results.csv of the
-coefficients fitted on the H200, what a GPU without its own fit gets), and in eager mode on any host but the one measured by the host-to-host
-spread (validation.toml [host_spread]), which `roofline calibrate --engine vllm` narrows. A calibrated entry's
-own band follows the same rule over its steps, and in eager mode never goes below the error measured on the host a
-calibration ran of a model it never ran (validation.toml [calibrated_transfer], docs/VALIDATION.md)."""
+coefficients fitted on the H200, what a GPU without its own fit gets), and in eager mode on any host but the x86
+host of the H200 runs (benchmarks/results/vllm_h200) by the host-to-host spread (validation.toml [host_spread]),
+which `roofline calibrate --engine vllm` narrows. A calibrated entry's own band follows the same rule over its
+steps, and in eager mode never goes below the error measured on the host a calibration ran of a model it never ran
+(validation.toml [calibrated_transfer], docs/VALIDATION.md)."""
 from __future__ import annotations
 
 import math
@@ -56,7 +57,7 @@ def band_rule(own: list[float], pools: list[tuple[str, list[float]]],
     return max(abs(v) for v in everything), f"pooled: the worst of {len(everything)} {errors}"
 
 
-# a graph step whose device time is under this many times the engine's host time per step is in the host's regime
+# a graph step whose GPU time is under this many times the engine's host time per step is in the host's regime
 HOST_EXPOSED = 1.25  # the host time per step moved up to ~25% between server starts (step_host.py)
 HOST_REGIME = "host"  # validation.toml [[band]] regime of such steps (pooled over families: family "any")
 

@@ -2,7 +2,7 @@
 segment, with the advice it supports. No arithmetic of its own beyond reading the step."""
 from __future__ import annotations
 
-from .launch import eager_overlap_factor, graphs_apply
+from .launch import graphs_apply
 from .step import StepTime, eager_totals
 
 
@@ -35,6 +35,7 @@ def cuda_graph_summary(step: StepTime) -> dict | None:
     benefit = graph / eager
     device_s, host_s = eager_totals(main.segments)
     share = host_s / device_s if device_s > 0 else 0.0
+    eager_step = step.breakdown(graphs=False)  # the host's launches set its pace where they are the launch part
     costs = step.costs
     per_layer = [{"layer": s.layer, "where": s.where, "stage": s.stage, "bytes_per_token": s.bytes / tokens,
                   "kernels": s.kernels, "graph_us": s.seconds(True) * 1e6, "eager_us": s.seconds(False) * 1e6}
@@ -44,7 +45,7 @@ def cuda_graph_summary(step: StepTime) -> dict | None:
         "eager_tok_s": eager, "graph_tok_s": graph, "benefit": benefit,
         "enforce_eager_loss": 1.0 - 1.0 / benefit if benefit > 0 else 0.0,
         "eager_host_share": share,
-        "advice": advice_for(benefit, eager, graph, share, host_s > device_s * eager_overlap_factor(host_s, device_s)),
+        "advice": advice_for(benefit, eager, graph, share, eager_step.launch_s >= eager_step.launch_time_s - 1e-12),
         "kernel_counts": step.profile.origin,
         "host_us_per_kernel": costs.host_us_per_kernel, "host_cost_kind": costs.host_kind,
         "host_cost_source": costs.host_source,

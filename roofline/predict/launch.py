@@ -79,9 +79,7 @@ def eager_overlap_factor(host_s, device_s):
     it). The step is at least the host's time besides (step.stage_seconds). Floats or arrays alike (the fits price
     a grid of host costs with it: live/engine_fit)."""
     shares, losses = eager_overlap_points()
-    if not shares:
-        return np.ones_like(np.asarray(host_s, dtype=float)) if np.ndim(host_s) else 1.0
-    share = np.divide(host_s, device_s, out=np.zeros_like(np.asarray(host_s, dtype=float)),
-                      where=np.asarray(device_s) > 0) if np.ndim(host_s) else (host_s / device_s if device_s > 0 else 0.0)
-    loss = np.where(np.asarray(share) < shares[0], 0.0, np.interp(share, shares, losses))
-    return 1.0 + (loss if np.ndim(loss) else float(loss))
+    host, device = np.asarray(host_s, dtype=float), np.asarray(device_s, dtype=float)
+    share = np.divide(host, device, out=np.zeros(np.broadcast(host, device).shape), where=device > 0)
+    loss = np.where(share < shares[0], 0.0, np.interp(share, shares, losses)) if shares else np.zeros_like(share)
+    return float(1.0 + loss) if loss.ndim == 0 else 1.0 + loss

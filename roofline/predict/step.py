@@ -265,7 +265,7 @@ def stage_parts(segments, graphs: bool) -> dict[str, float]:
     or, eager and host-bound, the host's launches; the collectives."""
     parts = {"memory": 0.0, "compute": 0.0, "launch": 0.0, "communication": 0.0}
     device, host = eager_totals(segments)
-    waits = device * (eager_overlap_factor(host, device) - 1.0)  # eager: the GPU waiting on the host's stalls
+    waits = eager_waits(segments)  # eager: the GPU waiting on the host's stalls
     if not graphs and host > device + waits + 1e-15:  # the host cannot issue the stage's kernels fast enough
         parts["launch"] = host
         parts["communication"] = sum(s.comm_s for s in segments)
