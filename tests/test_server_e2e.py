@@ -146,6 +146,24 @@ def server_dies_under_doctor(server, env: dict) -> tuple[int, str, str]:
     return running.returncode, out, err
 
 
+def doctor_live(model_dir: Path, url: str, env: dict) -> dict:
+    """`roofline doctor MODEL --url` with its own short bench. Exit 0; or exit 3 where the one problem is that the
+    bench outran the ceiling priced from this host's calibrated bandwidth (a 2-core host can hand the client a
+    run's chunks in a burst: validate's verdict above says "above_ceiling" for the same reason), the diagnosis
+    then made without the measurement, as doctor does on any server whose tokens outrun its model."""
+    proc = subprocess.run([sys.executable, "-m", "roofline.cli", "doctor", str(model_dir), "--url", url, "--hardware",
+                           "e2e-cpu", "--runs", "3", "--max-tokens", "16", "--json"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    lines = proc.stderr.strip().splitlines()
+    refused = proc.returncode == 3 and len(lines) == 1 and \
+        re.fullmatch(r"partial: the bench: measured \S+ tok/s is \S+x the ceiling of .*; diagnosed without a "
+                     r"measurement", lines[0])
+    assert proc.returncode == 0 or refused, f"roofline doctor failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+    diagnosis = json.loads(proc.stdout)
+    assert (diagnosis["measured_tok_s"] is None) == bool(refused), diagnosis["measured_tok_s"]
+    return diagnosis
+
+
 def test_bench_and_validate_against_vllm(tmp_path, capsys):
     llc = last_level_cache_bytes()
     model_dir = make_checkpoint(tmp_path / "e2e-qwen3", sized_config(llc))
@@ -177,8 +195,7 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
         vllm_result = run_vllm_bench_serve(url, model_dir, tmp_path / "vllm-bench")
         # 3c. open loop: vLLM's client at a request rate, then doctor reads the server's own histograms
         rate_result = run_vllm_bench_serve_at_a_rate(url, model_dir, tmp_path / "vllm-rate")
-        diagnosis = json.loads(roofline("doctor", str(model_dir), "--url", url, "--hardware", "e2e-cpu",
-                                        "--runs", "1", "--max-tokens", "16", "--json", env=env).stdout)
+        diagnosis = doctor_live(model_dir, url, env)
         # 3d. the server dies while doctor measures: exit 3, the diagnosis so far still printed
         dying = server_dies_under_doctor(server, env)
 
