@@ -402,6 +402,24 @@ def test_impossible_and_above_ceiling_measurements_stay_out_of_the_evidence(tmp_
     assert json.loads(capsys.readouterr().out)["recorded_in"] == str(record) and record.exists()
 
 
+def test_a_band_of_too_few_families_is_its_pool():
+    """#43: errors from fewer than MIN_FAMILIES model families do not set a band alone, however many points they
+    are (one family's steps at several batches are one trial of a family the fit never saw): the pool's quantile,
+    never below the class's own worst, said; without families given (a calibration's models) the points decide."""
+    from roofline.predict.bands import MIN_FAMILIES, band_rule
+
+    own = [0.01, -0.02, 0.03, 0.02, -0.04, 0.01]
+    pool = own + [0.10, -0.12, 0.08, 0.05, -0.09]
+    assert band_rule(own, [("the mode", pool)])[0] == 0.04
+    band, basis = band_rule(own, [("the mode", pool)], families=[MIN_FAMILIES - 1, MIN_FAMILIES + 1])
+    assert band == 0.10 and basis == (f"pooled (6 of its own, from {MIN_FAMILIES - 1} families): 90% of the 11 "
+                                      f"left-out errors of the mode ({MIN_FAMILIES + 1} families)")
+    assert band_rule(own, [("the mode", pool)], families=[MIN_FAMILIES, MIN_FAMILIES])[0] == 0.04
+    # no pool spans enough families either: the worst of all
+    band, basis = band_rule(own, [("the mode", pool)], families=[1, MIN_FAMILIES - 1])
+    assert band == 0.12 and basis.startswith("pooled: the worst of 17")
+
+
 def test_a_band_past_half_is_said_in_words():
     """#43: a band wider than ±50% says nothing a user can act on: the terminal says so in words and names
     calibrate; the JSON keeps the number and says it."""

@@ -385,7 +385,7 @@ def run_fit(path: Path = RESULTS) -> dict:
         },
         "points": model.points,
         "runs": [{"model": r.model, "base": r.base, "format": r.format_label, "backend": r.backend.name,
-                  "family": r.family, "mode": "graphs" if r.graphs else "eager", "kv_cache_dtype": r.kv_cache_dtype,
+                  "family": r.family, "lineage": lineages[r.base], "mode": "graphs" if r.graphs else "eager", "kv_cache_dtype": r.kv_cache_dtype,
                   "context": r.context, "concurrency": r.concurrency, "measured_tok_s": r.tok_s,
                   "predicted_tok_s": r.tok_s * (1 + r.predictions["in_sample"]),
                   "in_sample": r.predictions["in_sample"], "left_out": r.predictions.get("left_out"),

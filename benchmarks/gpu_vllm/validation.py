@@ -41,13 +41,17 @@ gb10_fit = _load("gb10_fit", REPO / "benchmarks" / "gb10" / "fit.py")
 MARKDOWN = REPO / "docs" / "VALIDATION.md"
 TABLE = REPO / "roofline" / "data" / "validation.toml"
 
-# the band rule (roofline/predict/bands.py): 90% of the class's out-of-sample errors, pooled under MIN_POINTS
-from roofline.predict.bands import COVERAGE, MIN_POINTS, band_rule, quantile  # noqa: E402,F401
+# the band rule (roofline/predict/bands.py): 90% of the class's out-of-sample errors, pooled under MIN_POINTS or
+# MIN_FAMILIES
+from roofline.predict.bands import COVERAGE, MIN_FAMILIES, MIN_POINTS, band_rule, quantile  # noqa: E402,F401
 
 
-def band_of(own: list[float], pools: list[tuple[str, list[float]]]) -> tuple[float, str]:
-    """(band, basis) by the band rule (bands.band_rule), rounded up to the whole percent the tables print."""
-    band, basis = band_rule(own, pools)
+def band_of(own: tuple[list[float], set[str]], pools: list[tuple[str, tuple[list[float], set[str]]]]) \
+        -> tuple[float, str]:
+    """(band, basis) by the band rule (bands.band_rule) over (errors, the model families they are of), rounded up to
+    the whole percent the tables print."""
+    band, basis = band_rule(own[0], [(name, errors) for name, (errors, _) in pools],
+                            families=[len(own[1])] + [len(lineages) for _, (_, lineages) in pools])
     return _ceil(band), basis
 
 
@@ -167,7 +171,9 @@ def build() -> tuple[str, str]:
         f"{', '.join(sorted(set(fit.HELD_OUT) - set(fit.SET_A_TERM)))}; measured after it but in no band: "
         + "; ".join(f"{', '.join(sorted(c for c, w in fit.SET_A_TERM.items() if w == why))} ({why})"
                     for why in dict.fromkeys(fit.SET_A_TERM.values()))
-        + f"). A class with fewer than {MIN_POINTS} such errors takes the quantile of the",
+        + f"). A class with fewer than {MIN_POINTS} such errors, or with them from fewer than {MIN_FAMILIES} model "
+        "families (one family's steps are one trial of how the fit carries to a family it never saw, however many "
+        "there are), takes the quantile of the",
         "pooled class (the GPU's mode), never less than its own worst point, as marked. Coverage: how many of the",
         "class's own left-out errors the band holds. Eager bands are wide: the host's own speed moved the same case by up",
         "to 40% between two machine starts, and a MoE or Mamba layer's Python is learnt from one architecture each.",
@@ -205,9 +211,12 @@ def build() -> tuple[str, str]:
         return [worst(held_out.get(id(r)), family_out.get(id(r))) for r in members
                 if id(r) in held_out or id(r) in family_out]
 
-    def out_of_sample(mode: str) -> list[float]:
-        return left_out([r for r in in_fit if r.mode == mode]) \
-            + [model.predict_ms(r) / r.measured_ms - 1 for r in held if r.mode == mode]
+    def out_of_sample(mode: str) -> tuple[list[float], set[str]]:
+        """The mode's out-of-sample errors and the model families they are of."""
+        left = [r for r in in_fit if r.mode == mode and (id(r) in held_out or id(r) in family_out)]
+        later = [r for r in held if r.mode == mode]
+        return (left_out(left) + [model.predict_ms(r) / r.measured_ms - 1 for r in later],
+                {lineages[r.config] for r in left + later})
 
     def stats(values):
         return f"{100 * statistics.mean(map(abs, values)):.1f}% / {100 * max(map(abs, values)):.0f}%" if values else "-"
@@ -223,7 +232,9 @@ def build() -> tuple[str, str]:
         own = left_out(members) + later
         basis = "out of sample" if own else "in sample"
         if own:
-            band, why = band_of(own, [(f"{hardware.key.upper()} {mode}", out_of_sample(mode))])
+            own_lineages = {lineages[r.config] for r in later_rows} | \
+                {lineages[r.config] for r in members if id(r) in held_out or id(r) in family_out}
+            band, why = band_of((own, own_lineages), [(f"{hardware.key.upper()} {mode}", out_of_sample(mode))])
         else:
             band, why = _ceil(max(fitted)), "in sample: no left-out point"
         shown = f"any, host-set steps" if family == "any" else family
@@ -332,7 +343,8 @@ def gb10_section() -> tuple[list[str], list[str]]:
         "",
         f"Bands as the H200's: {COVERAGE:.0%} of the class's left-out errors (each run's model left out of the fit, and",
         "each model family's (lineage.toml: Qwen3.6 with the Qwen3-8B seeds) where it has more than one model), a class",
-        f"under {MIN_POINTS} of them pooled with its family and mode, then its mode, never below its own worst point. The",
+        f"under {MIN_POINTS} of them or of fewer than {MIN_FAMILIES} model families pooled with its family and mode, "
+        "then its mode, then every GB10 run, never below its own worst point. The",
         "device's efficiency rests on the BF16 hybrids (Nemotron-3-Nano and Qwen3.6, one left out at a time), so a",
         "model family the bench never ran (a GDN hybrid that is not MoE, a dense model at several streams) is outside",
         "what these bands measured: such a model's band is widened for it (`predict/bands.py`).",
@@ -348,15 +360,17 @@ def gb10_section() -> tuple[list[str], list[str]]:
 
     runs = payload["runs"]
 
-    def left_errors(keep) -> list[float]:
-        """One error per run: the larger of its errors with its model and with its family left out."""
-        return [worst(r["left_out"], r.get("family_out")) for r in runs if r["left_out"] is not None and keep(r)]
+    def left_errors(keep) -> tuple[list[float], set[str]]:
+        """One error per run, the larger of its errors with its model and with its family left out; and the model
+        families they are of."""
+        kept = [r for r in runs if r["left_out"] is not None and keep(r)]
+        return [worst(r["left_out"], r.get("family_out")) for r in kept], {r["lineage"] for r in kept}
 
     for key, entry in payload["classes"].items():
         left = entry["left_out"]
         basis = "out of sample" if left["points"] else "in sample"
         own = left_errors(lambda r: r["class"] == key)
-        if own:
+        if own[0]:
             band, why = band_of(own, [
                 (f"GB10 {entry['family']} {entry['mode']}",
                  left_errors(lambda r: r["family"] == entry["family"] and r["mode"] == entry["mode"])),
@@ -367,7 +381,7 @@ def gb10_section() -> tuple[list[str], list[str]]:
         lines.append(f"| {entry['family']} | {entry['format']} | {entry['mode']} | {entry['concurrency']} | "
                      f"{entry['in_sample']['points']} | {cell(entry['in_sample'])} | {cell(left)} | "
                      f"{cell(entry['family_out'])} | ±{100 * band:.0f}% | "
-                     f"{coverage(own, band)} | {why} |")
+                     f"{coverage(own[0], band)} | {why} |")
         toml += ["[[band]]", 'hardware = "gb10"', 'compute_capability = "12.1"', 'vllm_version = "0.26.0"',
                  f'mode = "{entry["mode"]}"', f'family = "{entry["family"]}"', f"points = {entry['in_sample']['points']}",
                  f"error = {band:.2f}", f'basis = "{basis}"', f'formats = ["{entry["format"]}"]',

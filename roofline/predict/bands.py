@@ -30,9 +30,12 @@ from .launch import graphs_apply
 
 
 # A band is the error that covers COVERAGE of its class's out-of-sample errors (not their mean); a class with
-# fewer than MIN_POINTS of them takes the quantile of a pooled class (wider, said), never less than its own worst
+# fewer than MIN_POINTS of them, or with them from fewer than MIN_FAMILIES model families, takes the quantile of a
+# pooled class (wider, said), never less than its own worst. One family's steps at four batches are one trial of how
+# the fit carries to a family it never saw, not four: a quantile over two families' errors measures those two.
 COVERAGE = 0.9
 MIN_POINTS = 5
+MIN_FAMILIES = 3
 
 
 def quantile(values: list[float], q: float = COVERAGE) -> float:
@@ -41,18 +44,28 @@ def quantile(values: list[float], q: float = COVERAGE) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def band_rule(own: list[float], pools: list[tuple[str, list[float]]],
-              errors: str = "left-out errors") -> tuple[float, str]:
+def band_rule(own: list[float], pools: list[tuple[str, list[float]]], errors: str = "left-out errors",
+              families: list[int] | None = None) -> tuple[float, str]:
     """(band, basis): the COVERAGE quantile of the class's own out-of-sample errors where it has MIN_POINTS of
     them, else of the first pool that has (the class's own worst point kept inside), else the worst of them all,
-    saying which (`errors`: what the errors are). The validation tables' classes and a calibrated entry's alike."""
-    if len(own) >= MIN_POINTS:
-        return quantile(own), f"90% of its {len(own)} {errors}"
-    for name, pool in pools:
-        if len(pool) >= MIN_POINTS:
+    saying which (`errors`: what the errors are). Where `families` gives how many model families the errors of
+    `own` and of each pool come from (in that order), a list from fewer than MIN_FAMILIES does not stand alone
+    either. The validation tables' classes and a calibrated entry's alike (a calibration's models: no families)."""
+    spans = families or [MIN_FAMILIES] * (1 + len(pools))
+
+    def enough(values: list[float], span: int) -> bool:
+        return len(values) >= MIN_POINTS and span >= MIN_FAMILIES
+
+    def of_own() -> str:
+        return f"{len(own)} of its own" + (f", from {spans[0]} famil{'y' if spans[0] == 1 else 'ies'}"
+                                            if families and len(own) >= MIN_POINTS else "")
+    if enough(own, spans[0]):
+        return quantile(own), f"90% of its {len(own)} {errors}" + (f" from {spans[0]} families" if families else "")
+    for (name, pool), span in zip(pools, spans[1:]):
+        if enough(pool, span):
             worst = max((abs(v) for v in own), default=0.0)
-            return max(quantile(pool), worst), (f"pooled ({len(own)} of its own): 90% of the {len(pool)} "
-                                                f"{errors} of {name}")
+            return max(quantile(pool), worst), (f"pooled ({of_own()}): 90% of the {len(pool)} {errors} of {name}"
+                                                + (f" ({span} families)" if families else ""))
     everything = [v for _, pool in pools for v in pool] + own
     return max(abs(v) for v in everything), f"pooled: the worst of {len(everything)} {errors}"
 
