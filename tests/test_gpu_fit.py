@@ -156,6 +156,8 @@ PROFILED = {  # profiled run (under benchmarks/results) -> its config (under the
     # Qwen3.5's GDN and attention layers with CUDA graphs (no reorder; one fused q/k norm, rope and gate kernel)
     "vllm_h200_qwen36_graphs/q36-bf16-graphs-prof": REFERENCE + "Qwen__Qwen3.6-35B-A3B",
     "vllm_h200_qwen36_graphs/q36-nvfp4-graphs-prof": REFERENCE + "nvidia__Qwen3.6-35B-A3B-NVFP4",
+    # Gemma 3's sandwich norms (the post-norms without the residual) and q/k norms, op by op eager
+    "vllm_h200_gemma3/g3-12b-eager-prof-1201": CUT + "gemma-3-12b-text",
 }
 
 
@@ -180,6 +182,24 @@ def test_validation_files_are_current():
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_vllm" / "validation.py"), "--check"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_native_ops_share_is_what_the_runs_give():
+    """kernels.toml's host share of PyTorch's own ops (Gemma-style norms run op by op) is native_ops.py's reading of
+    the Gemma 3 steps on the host-checked start (--check); it prices Gemma's norms below a full launch, and the GDN
+    hybrids' (whose own steps refused it) at a full one."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_vllm" / "native_ops.py"), "--check"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    share = load_table("kernels")["core"]["block_norm_gemma"]["eager_host_share"]
+    assert 0 < share < 1
+    gemma = estimate_kernels(load_inventory(str(ROOT / CUT / "gemma-3-12b-text")))
+    hybrid = estimate_kernels(load_inventory(str(ROOT / CUT / "Qwen3-Next-80B-A3B-12layers")))
+    norms = [c for c in gemma.counts if c.host_share is not None]
+    assert norms and all(c.host_share == share and c.host_equiv == pytest.approx(c.eager * (share - 1)) for c in norms)
+    assert all(c.host_share is None for c in hybrid.counts)
 
 
 def test_eager_overlap_table_is_what_the_runs_give():

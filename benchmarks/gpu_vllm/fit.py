@@ -122,7 +122,15 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # a twentieth: the overlap loss checked on another family (Qwen3's layer at Qwen3-32B's width, 8 layers, its
          # MLP widened to 81,920 and 122,880: the host's launches 0.77 and 0.55 of the GPU's step), held out
          **{f"{name}-{mode}-1129i": f"vllm_h200_eager_overlap/{name}-{mode}-1129i.json"
-            for name in ("q32m80", "q32m120") for mode in ("eager", "graphs")}}
+            for name in ("q32m80", "q32m120") for mode in ("eager", "graphs")},
+         # a twenty-first and twenty-second: Gemma 3 12B and 27B whole, a third dense family eager (its Gemma-style
+         # norms run as PyTorch's own ops one by one), eager and graphs at 1.5k tokens (past its 1,024-token
+         # windows); on the second start Qwen3-8B eager before and after (its host's cost per launch), and the 12B's
+         # eager steps between them set kernels.toml's host share of such ops (native_ops.py)
+         **{case: f"vllm_h200_gemma3/{case}.json"
+            for case in ("g3-12b-graphs-1201", "g3-12b-eager-1201", "g3-12b-eager-prof-1201", "g3-27b-graphs-1201",
+                         "g3-27b-eager-1201", "q8b-eager-1201b", "g3-12b-eager-1201b", "g3-27b-eager-1201b",
+                         "q8b-eager-1201c")}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 # decode rows that are not one step of their batch, with why: (case, batch, context) -> reason
@@ -141,6 +149,8 @@ SET_A_TERM = {case: "their steps set Gemma 4's decoder-layer eager Python (eager
     {case: "their steps set the eager overlap loss of launch.toml (eager_overlap.py)"
      for case in ("l70-8l-eager-1129f", "l70-8l-eager-1129g", "l70-16l-eager-1129f", "l70-16l-eager-1129g",
                   "l70m45-eager-1129h", "l70m64-eager-1129h", "l70m96-eager-1129h")}
+SET_A_TERM |= {case: "their steps set the host's share of a launch for PyTorch's own ops (native_ops.py)"
+               for case in ("g3-12b-eager-1201b",)}
 LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown"}
 HARDWARE = "h200"
 

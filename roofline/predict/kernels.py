@@ -40,6 +40,10 @@ class KernelCount:
     # host_equiv is the entry's own (a backend's Python measured for it, e.g. triton_kernels' MoE), not the layer
     # kind's [python.*] figure that a calibration of another backend refits
     host_own: bool = False
+    # each eager launch's share of the host's cost per kernel where the entry is PyTorch's own ops run one after
+    # another inside one module's forward (a Gemma-style norm: none of a layer's Python around them; None: a full
+    # launch's). What they save is in host_equiv (negative), so that every caller sums launches and Python alike
+    host_share: float | None = None
 
     @property
     def eager(self) -> float:
@@ -138,8 +142,10 @@ def _count(layer, role, backend, entry: dict, times: float = 1.0, source: str | 
     own eager_host_equiv, else of a kernels.toml [python.*] entry where the layer kind has one."""
     eager = entry.get("eager_kernels", entry["kernels"])
     host_equiv = entry.get("eager_host_equiv", python["eager_host_equiv"] if python else 0.0)  # the entry's own first
+    share = entry.get("eager_host_share")
     return KernelCount(layer, role, backend, times * entry["kernels"], source or entry["source"],
-                       eager_kernels=times * eager, host_equiv=host_equiv, host_own="eager_host_equiv" in entry)
+                       eager_kernels=times * eager, host_equiv=host_equiv + times * eager * ((share or 1.0) - 1),
+                       host_own="eager_host_equiv" in entry, host_share=share)
 
 
 def _of_model_type(entry: dict, model_type: str) -> dict:
@@ -166,6 +172,11 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
     # the block's norms: vLLM's fused RMSNorm, or the Gemma-style one it runs op by op in eager mode
     gemma_norm = shape.model_type in core["block_norm_gemma"]["model_types"]
     block_norm = core["block_norm_gemma"] if gemma_norm else core["block_norm"]
+    if shape.model_type not in block_norm.get("host_share_model_types", ()):  # the share where it was measured
+        block_norm = {k: v for k, v in block_norm.items() if k != "eager_host_share"}
+    without_residual = dict(block_norm, eager_kernels=block_norm.get("eager_kernels_without_residual",
+                                                                     block_norm.get("eager_kernels", 1)))
+    gemma_qk_norm = gemma_norm and shape.model_type in block_norm.get("qk_norm_model_types", ())
     recurrent_kind = {r.layer: r.kind for r in shape.recurrent}
     gated = bool(inventory.config.get("attn_output_gate")
                  or (inventory.config.get("text_config") or {}).get("attn_output_gate"))
@@ -191,18 +202,24 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
         # vLLM fuses the residual add into each of the block's own norms (not a mixer's inner norm):
         # one kernel per norm the block holds (two in a pre-norm mixer + MLP block, one in a
         # single-mixer block such as Nemotron-H's); an inventory without norm modules counts two
-        layer_norms = sum(1 for path in norms.get(layer, []) if "." not in path) or 2  # the block's own
-        if layer == 0 and "eager_kernels_without_residual" in block_norm:  # the first norm has no residual to add
-            first = dict(block_norm, eager_kernels=block_norm["eager_kernels_without_residual"])
-            counts.append(_count(layer, "norms", "vllm", first))
-            layer_norms -= 1
+        own_norms = [path for path in norms.get(layer, []) if "." not in path]
+        layer_norms = len(own_norms) or 2  # the block's own
+        # norms that add no residual: the first layer's first, and a sandwich block's post-norms (Gemma 2/3)
+        plain = (layer == 0) + (sum(path in block_norm.get("sandwich_without_residual", ()) for path in own_norms)
+                                if "pre_feedforward_layernorm" in own_norms else 0)
+        if plain and "eager_kernels_without_residual" in block_norm:
+            counts.append(_count(layer, "norms", "vllm", without_residual, times=plain))
+            layer_norms -= plain
         if layer_norms:
             counts.append(_count(layer, "norms", "vllm", block_norm, times=layer_norms))
         if layer in mla_layers:
             counts.append(_count(layer, "attention_core", "vllm", core["mla"]))
         elif layer in attention_layers:
             counts.append(_count(layer, "attention_core", "vllm", _of_model_type(core["attention"], shape.model_type)))
-            if qk_norm:
+            if qk_norm and gemma_qk_norm:  # two Gemma-style norms op by op eager, in the attention's fusion with graphs
+                counts.append(_count(layer, "attention_core", "vllm",
+                                     dict(without_residual, kernels=core["qk_norm"]["kernels"]), times=2))
+            elif qk_norm:
                 counts.append(_count(layer, "attention_core", "vllm", core["qk_norm"]))
             if gated:
                 counts.append(_count(layer, "attention_core", "vllm", core["attention_output_gate"]))
@@ -238,7 +255,7 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
     # the token's embedding row is gathered whether or not the inventory lists the table
     counts.append(KernelCount(None, "embedding", "vllm", roles_table["embedding"]["other"],
                               roles_table["embedding"]["source"]))
-    counts.append(_count(None, "norms", "vllm", core["block_norm_gemma"] if gemma_norm else core["final_norm"]))
+    counts.append(_count(None, "norms", "vllm", block_norm if gemma_norm else core["final_norm"]))
     # what an architecture's decoder layer launches beyond its roles and cores (kernels.toml [layer.*]), in each layer
     # (a pipeline stage holds its own layers' share)
     moe_model = any(m.role == "moe_experts" for m in inventory.modules)

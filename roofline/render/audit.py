@@ -28,7 +28,9 @@ def step_made_of(step) -> str:
                          f"{step.costs.graph_floor_us_per_kernel:g} us, CUDA graphs)")
         else:
             python = sum(s.host_equiv for s in step.main.segments)
-            extra = f" + {python:.0f} launches' worth of layers' Python" if python >= 0.5 else ""
+            # below 0: PyTorch's own ops launched one after another cost the host less than a layer's launch
+            extra = f" + {python:.0f} launches' worth of layers' Python" if python >= 0.5 else \
+                f" - {-python:.0f} launches' worth: PyTorch's own ops, a share of a launch each" if python <= -0.5 else ""
             host = f"{b.kernels:.0f} kernels{extra} x {step.costs.host_us_per_kernel:g} us, eager"
             if b.launch_s >= b.launch_time_s - 1e-12:  # the host's launches set the pace
                 parts.append(f"host {milliseconds(b.launch_s * 1e3)} ({host})")
