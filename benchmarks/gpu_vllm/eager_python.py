@@ -1,6 +1,7 @@
 """The host's Python of a layer under --enforce-eager beyond its launches, fitted on eager steps from several
-machine starts: gpt-oss's MoE layer on Marlin (kernels.toml [[moe]] mxfp4 / marlin) and Gemma 4's decoder layer
-(kernels.toml [layer.gemma4_dense], and [layer.gemma4] for its MoE model, which no start with a host check ran).
+machine starts: gpt-oss's MoE layer on Marlin (kernels.toml [[moe]] mxfp4 / marlin), Gemma 4's decoder layer
+(kernels.toml [layer.gemma4_dense], and [layer.gemma4] for its MoE model, which no start with a host check ran) and a
+GDN layer's (kernels.toml [python.gdn]: Qwen3-Next's, and Qwen3.5's, which projects without a split or reorder).
 
 An eager decode step is host-bound: its time is the launches the host makes (roofline/data/kernels.toml's
 eager counts) plus a layer's Python beyond them, both at the host's cost per launch. That cost moves between
@@ -29,6 +30,10 @@ from roofline.predict.kernels import estimate_kernels  # noqa: E402
 RESULTS = REPO / "benchmarks" / "results"
 # each start's host check (Qwen3-8B eager, batch 1), and the steps run beside it (probe JSON, batch 1)
 STARTS = {
+    "2026-11-27 c": (["vllm_h200_caleager/q8b-again-cal-eager.json"],
+                     ["vllm_h200_caleager/qwen3next12l-cal-eager.json"]),
+    "2026-11-27 d": (["vllm_h200_caleager2/q8b-again-cal-eager.json"],
+                     ["vllm_h200_caleager2/qwen3next12l-cal-eager.json"]),  # a check: never fitted (CHECKS)
     "2026-11-28 a": (["vllm_h200_marlin_eager/q8b-again-cal-eager.json"],
                      ["vllm_h200_marlin_eager/gptoss20b-marlin-eager-prof.json"]),
     "2026-11-28 b": (["vllm_h200_eager_hosts/q8b-cal-eager.json"],
@@ -45,7 +50,10 @@ STARTS = {
                       "vllm_h200_eager_1129/gemma4-26b-eager-1129b.json"]),
 }
 # the families whose layer Python this fits: model_type -> the kernel count (role) that carries it per layer
-TERMS = {"gpt_oss": "moe_experts", "gemma4_text": "layer_structure"}
+TERMS = {"gpt_oss": "moe_experts", "gemma4_text": "layer_structure", "qwen3_next": "gdn_core",
+         "qwen3_5_moe": "gdn_core"}
+# steps a term is checked on, never fitted: Qwen3-Next's on a second start (its calibration's transfer check too)
+CHECKS = {"vllm_h200_caleager2/qwen3next12l-cal-eager.json"}
 FITTED = "gpt_oss"  # the first: gpt-oss's Marlin MoE layer
 
 
@@ -103,7 +111,8 @@ def steps() -> list[Step]:
 
 def fitted_term(table: list[Step], family: str = FITTED) -> tuple[float, list[float]]:
     """A fitted family's layer Python (launches' worth): the mean over its steps, and each step's."""
-    per_layer = [(1e3 * s.step_ms / s.cost_us - s.launches) / s.moe_layers for s in table if s.model_type == family]
+    per_layer = [(1e3 * s.step_ms / s.cost_us - s.launches) / s.moe_layers for s in table
+                 if s.model_type == family and s.file not in CHECKS]
     return statistics.mean(per_layer), per_layer
 
 
@@ -120,7 +129,7 @@ def main() -> int:
     for family, (term, per_layer) in terms.items():
         print(f"\n{family}: a {TERMS[family]} layer's eager Python {term:.1f} launches' worth (per step: "
               + ", ".join(f"{x:.1f}" for x in per_layer) + f"; {len(per_layer)} steps, "
-              + f"{len({s.start for s in table if s.model_type == family})} starts)")
+              + f"{len({s.start for s in table if s.model_type == family and s.file not in CHECKS})} starts)")
     return 0
 
 

@@ -150,7 +150,9 @@ SET_A_TERM = {case: "their steps set Gemma 4's decoder-layer eager Python (eager
      for case in ("l70-8l-eager-1129f", "l70-8l-eager-1129g", "l70-16l-eager-1129f", "l70-16l-eager-1129g",
                   "l70m45-eager-1129h", "l70m64-eager-1129h", "l70m96-eager-1129h")}
 SET_A_TERM |= {case: "their steps set the host's share of a launch for PyTorch's own ops (native_ops.py)"
-               for case in ("g3-12b-eager-1201b",)}
+               for case in ("g3-12b-eager-1201b",)} | \
+    {case: "their steps set a GDN layer's eager Python (eager_python.py)"
+     for case in ("qwen3next12l-eager-1127c", "q36-nvfp4-eager-1128h")}
 LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown"}
 HARDWARE = "h200"
 

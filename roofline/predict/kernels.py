@@ -172,11 +172,11 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
     # the block's norms: vLLM's fused RMSNorm, or the Gemma-style one it runs op by op in eager mode
     gemma_norm = shape.model_type in core["block_norm_gemma"]["model_types"]
     block_norm = core["block_norm_gemma"] if gemma_norm else core["block_norm"]
-    if shape.model_type not in block_norm.get("host_share_model_types", ()):  # the share where it was measured
-        block_norm = {k: v for k, v in block_norm.items() if k != "eager_host_share"}
     without_residual = dict(block_norm, eager_kernels=block_norm.get("eager_kernels_without_residual",
                                                                      block_norm.get("eager_kernels", 1)))
     gemma_qk_norm = gemma_norm and shape.model_type in block_norm.get("qk_norm_model_types", ())
+    gdn_python = dict(python["gdn"], eager_host_equiv=python["gdn"].get("eager_host_equiv_by_model_type", {}).get(
+        shape.model_type, python["gdn"]["eager_host_equiv"]))
     recurrent_kind = {r.layer: r.kind for r in shape.recurrent}
     gated = bool(inventory.config.get("attn_output_gate")
                  or (inventory.config.get("text_config") or {}).get("attn_output_gate"))
@@ -224,7 +224,8 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
             if gated:
                 counts.append(_count(layer, "attention_core", "vllm", core["attention_output_gate"]))
         elif recurrent_kind.get(layer) == "gdn":
-            counts.append(_count(layer, "gdn_core", "triton", _of_model_type(core["gdn"], shape.model_type)))
+            counts.append(_count(layer, "gdn_core", "triton", _of_model_type(core["gdn"], shape.model_type),
+                                 python=gdn_python))
         elif recurrent_kind.get(layer) == "mamba":
             counts.append(_count(layer, "mamba_core", "triton", core["mamba"], python=python["mamba"]))
         for role in GEMM_ROLES:
