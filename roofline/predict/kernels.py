@@ -139,7 +139,8 @@ def estimate_kernels(inventory: Inventory, backend: str | None = None, moe_backe
 def _count(layer, role, backend, entry: dict, times: float = 1.0, source: str | None = None,
            python: dict | None = None) -> KernelCount:
     """A table entry's kernels (graphs) and eager kernels, `times` over, with the host's Python of the entry's
-    own eager_host_equiv, else of a kernels.toml [python.*] entry where the layer kind has one."""
+    own eager_host_equiv, else of a kernels.toml [python.*] entry where the layer kind has one, less what its eager
+    launches save where they are PyTorch's own ops at the entry's eager_host_share of a launch each."""
     eager = entry.get("eager_kernels", entry["kernels"])
     host_equiv = entry.get("eager_host_equiv", python["eager_host_equiv"] if python else 0.0)  # the entry's own first
     share = entry.get("eager_host_share")
