@@ -211,12 +211,11 @@ def build() -> tuple[str, str]:
         return [worst(held_out.get(id(r)), family_out.get(id(r))) for r in members
                 if id(r) in held_out or id(r) in family_out]
 
-    def out_of_sample(mode: str) -> tuple[list[float], set[str]]:
-        """The mode's out-of-sample errors and the model families they are of."""
-        left = [r for r in in_fit if r.mode == mode and (id(r) in held_out or id(r) in family_out)]
-        later = [r for r in held if r.mode == mode]
-        return (left_out(left) + [model.predict_ms(r) / r.measured_ms - 1 for r in later],
-                {lineages[r.config] for r in left + later})
+    def out_of_sample(members, later_rows) -> tuple[list[float], set[str]]:
+        """Fitted points' left-out errors and held-out cases' errors, and the model families they are of."""
+        left = [r for r in members if id(r) in held_out or id(r) in family_out]
+        return (left_out(left) + [model.predict_ms(r) / r.measured_ms - 1 for r in later_rows],
+                {lineages[r.config] for r in left + later_rows})
 
     def stats(values):
         return f"{100 * statistics.mean(map(abs, values)):.1f}% / {100 * max(map(abs, values)):.0f}%" if values else "-"
@@ -229,12 +228,11 @@ def build() -> tuple[str, str]:
         later_rows = [r for r in held if r.mode == mode and family_class(r) == family]
         later = [model.predict_ms(r) / r.measured_ms - 1 for r in later_rows]
         points = members + later_rows
-        own = left_out(members) + later
+        own, own_lineages = out_of_sample(members, later_rows)
         basis = "out of sample" if own else "in sample"
         if own:
-            own_lineages = {lineages[r.config] for r in later_rows} | \
-                {lineages[r.config] for r in members if id(r) in held_out or id(r) in family_out}
-            band, why = band_of((own, own_lineages), [(f"{hardware.key.upper()} {mode}", out_of_sample(mode))])
+            mode_pool = out_of_sample([r for r in in_fit if r.mode == mode], [r for r in held if r.mode == mode])
+            band, why = band_of((own, own_lineages), [(f"{hardware.key.upper()} {mode}", mode_pool)])
         else:
             band, why = _ceil(max(fitted)), "in sample: no left-out point"
         shown = f"any, host-set steps" if family == "any" else family
