@@ -59,6 +59,46 @@ def runs_of(calibration: dict, hardware: Hardware, extra: list[Path]) -> list[En
     return runs
 
 
+# the fields of a saved entry that the engine's fit writes (engine_fields): a refit replaces them all
+ENGINE_FIELDS = ("efficiency", "efficiency_kind", "efficiency_source", "vllm_version", "bandwidth_gbps",
+                 "bandwidth_kind", "bandwidth_source", "graph_floor_us_per_kernel", "graph_floor_us_by_family",
+                 "launch_source", "host_us_per_kernel", "layer_python_launches", "bands")
+
+
+def entry_today(folder: Path, key: str):
+    """(the hardware entry, the fit) that `calibrate --engine vllm --save KEY` makes today from a recorded
+    calibration (FOLDER/calibrate.json): the device half as it saved it (FOLDER/hardware.toml), the engine's
+    coefficients and bands refitted from its steps by the current fit, saved and read back as any entry."""
+    import os
+    import tempfile
+    import tomllib
+
+    from roofline.live.calibrate import save_entry
+    from roofline.live.engine_calibrate import engine_fields
+    from roofline.predict.hardware import get_hardware
+
+    recorded = json.loads((folder / "calibrate.json").read_text())
+    device = device_entry(recorded)
+    engine = recorded["engine"]
+    result = fit_runs(runs_of(recorded, device, []), device, engine["vllm_version"], engine["device"],
+                      engine["device_name"])
+    saved = tomllib.loads((folder / "hardware.toml").read_text())[key]
+    entry = {k: v for k, v in saved.items() if k not in ENGINE_FIELDS}
+    entry |= {"bandwidth_gbps": recorded["bandwidth_gbps"], "bandwidth_kind": "measured",
+              "bandwidth_source": f"roofline calibrate {recorded['measured_at']}: {recorded['bandwidth_kernel']}"}
+    entry |= engine_fields(result, recorded["bandwidth_gbps"])
+    before = os.environ.get("ROOFLINE_HARDWARE_FILE")
+    with tempfile.TemporaryDirectory(prefix="roofline-entry-") as tmp:
+        os.environ["ROOFLINE_HARDWARE_FILE"] = save_entry(key, entry, os.path.join(tmp, "hardware.toml"))
+        try:
+            return get_hardware(key), result
+        finally:
+            if before is None:
+                del os.environ["ROOFLINE_HARDWARE_FILE"]
+            else:
+                os.environ["ROOFLINE_HARDWARE_FILE"] = before
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)

@@ -130,7 +130,14 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          **{case: f"vllm_h200_gemma3/{case}.json"
             for case in ("g3-12b-graphs-1201", "g3-12b-eager-1201", "g3-12b-eager-prof-1201", "g3-27b-graphs-1201",
                          "g3-27b-eager-1201", "q8b-eager-1201b", "g3-12b-eager-1201b", "g3-27b-eager-1201b",
-                         "q8b-eager-1201c")}}
+                         "q8b-eager-1201c")},
+         # a twenty-third: Nemotron-3-Nano eager at the calibration's engine settings (640 tokens a step, 4 sequences)
+         # and at 16,384 tokens and 128 sequences (the same step: the engine's size does not move a Mamba layer's
+         # Python), at 1,024 tokens, and twice more, each beside Qwen3-8B eager (the host's speed), and Qwen3-30B-A3B
+         **{case: f"vllm_h200_mamba_eager/{case}.json"
+            for case in ("q8b-cal-eager-1202", "nemo-cal-eager-1202", "nemo-big-eager-1202", "q30b-cal-eager-1202",
+                         "nemo-ctx-eager-1202", "q8b-cal-eager-1202b", "nemo-cal-eager-1202c", "q8b-cal-eager-1202c",
+                         "nemo-cal-eager-1202d", "q8b-cal-eager-1202d")}}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *LATER}
 # decode rows that are not one step of their batch, with why: (case, batch, context) -> reason

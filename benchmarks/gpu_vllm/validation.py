@@ -619,28 +619,18 @@ CALIBRATION_KEY = "h200-here"
 
 
 def calibrated_transfer(model) -> dict:
-    """Eager after a calibration, on the host it measured: the entry `calibrate --engine vllm` saved prices the
-    eager steps of models it never ran (every family), as every command prices with --hardware KEY
+    """Eager after a calibration, on the host it measured: the entry `calibrate --engine vllm` makes today from
+    that start's recorded steps (calibration_check.entry_today: the current fit, not the coefficients saved then)
+    prices the eager steps of models it never ran (every family), as every command prices with --hardware KEY
     (benchmarks/gpu_vllm/calibrated_eager.py); 90% of their errors is the error a calibrated entry's eager band
     never goes below (roofline/live/engine_calibrate.py). Its own models' second engine start is said beside."""
-    import os
-
     import calibrated_eager
-
-    from roofline.predict.hardware import get_hardware
+    import calibration_check
 
     folder = fit.RESULTS.parent / CALIBRATED_HOST
     calibration = json.loads((folder / "calibrate.json").read_text())["engine"]
     ran = {run["model"] for run in calibration["runs"]}
-    before = os.environ.get("ROOFLINE_HARDWARE_FILE")
-    os.environ["ROOFLINE_HARDWARE_FILE"] = str(folder / "hardware.toml")
-    try:
-        hardware = get_hardware(CALIBRATION_KEY)
-    finally:
-        if before is None:
-            del os.environ["ROOFLINE_HARDWARE_FILE"]
-        else:
-            os.environ["ROOFLINE_HARDWARE_FILE"] = before
+    hardware, _ = calibration_check.entry_today(folder, CALIBRATION_KEY)
     cases = sorted(folder.glob("*-cal-eager.json"))
     rows = calibrated_eager.rows(cases, hardware)
     again = {path.stem for path in cases if json.loads(path.read_text())["config"].rstrip("/").split("/")[-1] in ran}
@@ -652,7 +642,7 @@ def calibrated_transfer(model) -> dict:
 
     return {"error": _ceil(quantile(errors)), "points": len(errors), "host_us": hardware.host_us_per_kernel,
             "what": f"eager steps of models the calibration never ran, measured right after it on the same host and "
-                    f"priced with the entry it saved ({listed(unseen)}; its own models on a second engine start: "
+                    f"priced with the entry calibrate makes from its recorded steps today ({listed(unseen)}; its own models on a second engine start: "
                     f"{listed([r for r in rows if r['case'] in again])}; benchmarks/results/{CALIBRATED_HOST})"}
 
 

@@ -136,7 +136,7 @@ def command(models, engine, batches_text, context, device, buffer_mb, repetition
 
 
 def _echo_engine(result) -> None:
-    from roofline.live.engine_calibrate import layer_python
+    from roofline.live.engine_calibrate import held_python
     from roofline.predict.bands import spread
 
     echo(f"vLLM {result.vllm_version} on {result.device_name}: decode steps measured and fitted")
@@ -156,10 +156,9 @@ def _echo_engine(result) -> None:
         if fit.host_us is not None:
             text += f", host {fit.host_us:.1f} us per eager kernel"
     echo(text)
-    python = layer_python(fit)
-    if python:
-        echo("  eager Python per layer beyond its launches: "
-             + ", ".join(f"{kind} {value:g} launches' worth" for kind, value in python.items()))
+    if fit.host_us is not None:
+        echo("  eager Python per layer beyond its launches, held at kernels.toml's (the host's cost above carries "
+             "it): " + ", ".join(f"{kind} {value:g}" for kind, value in held_python(fit).items()) + " launches' worth")
     echo("  the entry's own bands (commands print these with --hardware KEY):")
     for band in result.bands():
         echo(f"    {band.family:7}{band.mode:7}{spread(band.band)} (mean {100 * band.mean_abs:.0f}%, max "

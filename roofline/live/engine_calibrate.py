@@ -166,7 +166,8 @@ class EngineCalibration:
                              "graph_floor_us_per_kernel": self.fit.floor_us if self.device == "cuda" else None,
                              "graph_floor_us_by_family": self.fit.family_floor_us if self.device == "cuda" else {},
                              "host_us_per_kernel": self.fit.host_us,
-                             "layer_python_launches": layer_python(self.fit)},
+                             # held, not fitted (fit_runs): the table's, which the host's cost per launch carries
+                             "layer_python_launches": held_python(self.fit)},
             "runs": [{"model": row.case, "family": row.family, "mode": row.mode, "batch": row.batch,
                       "context": row.context, "measured_ms": row.measured_ms, "fitted_ms": self.fit.predict_ms(row),
                       "left_out_ms": (None if i not in self.left_out
@@ -177,10 +178,10 @@ class EngineCalibration:
         }
 
 
-def layer_python(fit: engine_fit.Fit) -> dict[str, float]:
-    """A MoE / Mamba layer's eager Python in launches' worth, where these runs' eager steps fitted it."""
-    return {kind: value for kind, value, fitted in (("moe", fit.moe_equiv, fit.moe_fitted),
-                                                    ("mamba", fit.mamba_equiv, fit.mamba_fitted)) if fitted}
+def held_python(fit: engine_fit.Fit) -> dict[str, float]:
+    """A MoE / Mamba layer's eager Python in launches' worth that the fit priced with: kernels.toml's
+    [python.moe] / [python.mamba], held (fit_runs says why)."""
+    return {"moe": fit.moe_equiv, "mamba": fit.mamba_equiv}
 
 
 # ------------------------------------------------------------------ models
@@ -402,13 +403,20 @@ def in_sample_errors(calibration: EngineCalibration) -> list[tuple[str, str, flo
 
 def fit_runs(runs: list[EngineRun], hardware, version: str, device: str, device_name: str) -> EngineCalibration:
     """The coefficients of the runs' steps (a floor per model family on a GPU), and each step's error with
-    its model left out of the fit; a family without eager runs keeps the table's layer Python."""
+    its model left out of the fit. Eager steps fit the host's cost per launch alone: a MoE / Mamba layer's
+    Python stays the table's launches' worth (kernels.toml [python.*]), which moves with that cost."""
     rows = [row for run in runs for row in run.rows]
     python = load_table("kernels")["python"]
-    # batches of a few sequences never reach the compute roof: its utilization stays the hardware's
+    # batches of a few sequences never reach the compute roof: its utilization stays the hardware's.
+    # The runs hold one model a family: fitting a family's layer Python beside the host's cost leaves as many
+    # unknowns as eager models, and the fit takes up one engine start's noise. The table's figures are in
+    # launches' worth (one host's Python over its own launch cost, measured on many H200 starts and models),
+    # so they carry to this host through its fitted cost per launch. On the H200 start that calibrated and
+    # then ran 7 models it never saw, fitting them moved 90% of those models' eager errors from 23% to 36%
+    # (benchmarks/results/vllm_h200_caleager2, docs/VALIDATION.md [calibrated_transfer]).
     options = {"launches": device == "cuda", "utilization": compute_utilization(hardware)[0],
                "family_floors": device == "cuda", "moe_equiv": python["moe"]["eager_host_equiv"],
-               "mamba_equiv": python["mamba"]["eager_host_equiv"]}
+               "mamba_equiv": python["mamba"]["eager_host_equiv"], "layer_python": False}
     try:
         fitted = engine_fit.fit(rows, **options)
     except ValueError as exc:
@@ -443,9 +451,7 @@ def engine_fields(calibration: EngineCalibration, bandwidth_gbps: float | None =
                                     f"cost per kernel fitted to vLLM's own steps (kernels.toml's counts)"}
         if fit.family_floor_us:
             fields["graph_floor_us_by_family"] = {k: round(v, 3) for k, v in fit.family_floor_us.items()}
-        if fit.host_us is not None:  # eager runs were fitted
+        if fit.host_us is not None:  # eager runs were fitted (a layer's Python stays the table's: fit_runs)
             fields["host_us_per_kernel"] = round(fit.host_us, 3)
-            if layer_python(fit):
-                fields["layer_python_launches"] = layer_python(fit)
     fields["bands"] = [b.to_json() for b in calibration.bands()]
     return fields

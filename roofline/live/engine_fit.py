@@ -192,10 +192,15 @@ def fit_graphs_by_family(rows: list[Row], utilizations: np.ndarray = UTILIZATION
 
 
 def fit_eager(rows: list[Row], efficiency: float, floor_us: float, utilization: float,
-              family_floors: dict[str, float] | None = None) -> tuple[float, float, float]:
-    """(host us per kernel, MoE layer's Python, Mamba layer's Python in launches' worth), the rest fixed."""
-    moe = MOE_EQUIVS if any(r.moe_layers for r in rows) else MOE_EQUIVS[:1]
-    mamba = MAMBA_EQUIVS if any(r.mamba_layers for r in rows) else MAMBA_EQUIVS[:1]
+              family_floors: dict[str, float] | None = None,
+              held: tuple[float, float] | None = None) -> tuple[float, float, float]:
+    """(host us per kernel, MoE layer's Python, Mamba layer's Python in launches' worth), the rest fixed;
+    `held` (MoE, Mamba) keeps the layers' Python at those values and fits the host's cost alone."""
+    if held is not None:
+        moe, mamba = np.array([held[0]]), np.array([held[1]])
+    else:
+        moe = MOE_EQUIVS if any(r.moe_layers for r in rows) else MOE_EQUIVS[:1]
+        mamba = MAMBA_EQUIVS if any(r.mamba_layers for r in rows) else MAMBA_EQUIVS[:1]
     loss = 0.0
     for r in rows:
         device = r.device_s(efficiency, (family_floors or {}).get(r.family, floor_us), utilization)
@@ -241,8 +246,6 @@ class Fit:
     moe_equiv: float
     mamba_equiv: float
     family_floor_us: dict[str, float] = field(default_factory=dict)  # fitted per family where asked; else floor_us
-    moe_fitted: bool = False  # the MoE / Mamba layer's Python came from these rows' eager steps
-    mamba_fitted: bool = False
 
     def floor_for(self, row: Row) -> float:
         return self.family_floor_us.get(row.family, self.floor_us)
@@ -255,11 +258,12 @@ class Fit:
 
 
 def fit(rows: list[Row], launches: bool = True, moe_equiv: float = 0.0, mamba_equiv: float = 0.0,
-        utilization: float | None = None, family_floors: bool = False) -> Fit:
+        utilization: float | None = None, family_floors: bool = False, layer_python: bool = True) -> Fit:
     """The coefficients from graph rows (efficiency; floor with `launches`, one per model family with
     `family_floors`; the compute utilization unless one is given, for rows too small ever to be
-    compute-bound) and eager rows (host cost, and a MoE / Mamba layer's Python where such layers ran, else
-    the values given). Without `launches` (a CPU host: no kernels launched in the model) no floor is fitted."""
+    compute-bound) and eager rows (host cost, and with `layer_python` a MoE / Mamba layer's Python where such
+    layers ran, else the values given). Without `launches` (a CPU host: no kernels launched in the model) no
+    floor is fitted."""
     rows = [r for r in rows if not r.weight_only]  # fitted after these (fit_weight_rate, fit_gemm_python)
     graphs = [r for r in rows if r.mode == "graphs"] or (rows if not launches else [])
     eager = [r for r in rows if r.mode == "eager"] if launches else []
@@ -274,13 +278,12 @@ def fit(rows: list[Row], launches: bool = True, moe_equiv: float = 0.0, mamba_eq
     else:
         efficiency, floor_us, utilization = fit_graphs(graphs, FLOORS_US if launches else np.zeros(1), utilizations)
     host_us = None
-    moe_fitted = mamba_fitted = False
     if eager:
-        host_us, fitted_moe, fitted_mamba = fit_eager(eager, efficiency, floor_us, utilization, floors)
-        moe_fitted, mamba_fitted = any(r.moe_layers for r in eager), any(r.mamba_layers for r in eager)
-        moe_equiv = fitted_moe if moe_fitted else moe_equiv
-        mamba_equiv = fitted_mamba if mamba_fitted else mamba_equiv
-    return Fit(efficiency, floor_us, utilization, host_us, moe_equiv, mamba_equiv, floors, moe_fitted, mamba_fitted)
+        host_us, fitted_moe, fitted_mamba = fit_eager(eager, efficiency, floor_us, utilization, floors,
+                                                      None if layer_python else (moe_equiv, mamba_equiv))
+        moe_equiv = fitted_moe if any(r.moe_layers for r in eager) else moe_equiv
+        mamba_equiv = fitted_mamba if any(r.mamba_layers for r in eager) else mamba_equiv
+    return Fit(efficiency, floor_us, utilization, host_us, moe_equiv, mamba_equiv, floors)
 
 
 def leave_one_case_out(rows: list[Row], **options) -> dict[int, float]:
