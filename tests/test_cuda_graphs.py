@@ -13,6 +13,7 @@ import pytest
 from roofline.audit import load_inventory
 from roofline.predict.cuda_graphs import capture_sizes, full_decode_tokens
 from roofline.predict.hardware import get_hardware
+from roofline.predict.launch import launch_costs
 from roofline.predict.step import StepConfig, price_step
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +80,7 @@ def test_a_piecewise_decode_is_priced_by_what_its_graph_is_split_at():
     layer, an attention layer on its backend, and once a step a hybrid's own host time; in a FULL graph none."""
     h200 = get_hardware("h200")
     rows = _piecewise_rows()
-    host_us = 33.0  # launch.toml [host.x86_server]
+    host_us = launch_costs(h200).host_us_per_kernel  # launch.toml [host.x86_server]
     hybrid = load_inventory(str(CONFIGS / "Qwen3-Next-80B-A3B-12layers"), config_only=True)
     step = price_step(hybrid, h200, StepConfig(batch=3, context=256, full_decode_tokens=2,
                                                attention_backend="FLASH_ATTN"))
