@@ -65,8 +65,8 @@ ENGINE_FIELDS = ("efficiency", "efficiency_kind", "efficiency_source", "vllm_ver
                  "launch_source", "host_us_per_kernel", "layer_python_launches", "bands")
 
 
-def entry_today(folder: Path, key: str):
-    """(the hardware entry, the fit) that `calibrate --engine vllm --save KEY` makes today from a recorded
+def entry_today(folder: Path, key: str) -> Hardware:
+    """The hardware entry that `calibrate --engine vllm --save KEY` makes today from a recorded
     calibration (FOLDER/calibrate.json): the device half as it saved it (FOLDER/hardware.toml), the engine's
     coefficients and bands refitted from its steps by the current fit, saved and read back as any entry."""
     import os
@@ -91,7 +91,7 @@ def entry_today(folder: Path, key: str):
     with tempfile.TemporaryDirectory(prefix="roofline-entry-") as tmp:
         os.environ["ROOFLINE_HARDWARE_FILE"] = save_entry(key, entry, os.path.join(tmp, "hardware.toml"))
         try:
-            return get_hardware(key), result
+            return get_hardware(key)
         finally:
             if before is None:
                 del os.environ["ROOFLINE_HARDWARE_FILE"]

@@ -632,7 +632,7 @@ def calibrated_transfer(model) -> dict:
     folder = fit.RESULTS.parent / CALIBRATED_HOST
     calibration = json.loads((folder / "calibrate.json").read_text())["engine"]
     ran = {run["model"] for run in calibration["runs"]}
-    hardware, _ = calibration_check.entry_today(folder, CALIBRATION_KEY)
+    hardware = calibration_check.entry_today(folder, CALIBRATION_KEY)
     cases = sorted(folder.glob("*-cal-eager.json"))
     rows = calibrated_eager.rows(cases, hardware)
     again = {path.stem for path in cases if json.loads(path.read_text())["config"].rstrip("/").split("/")[-1] in ran}
