@@ -90,7 +90,9 @@ def test_fitted_model_meets_its_fit_set(fitted):
     for mode in ("graphs", "eager"):
         assert fit.summary(errors[mode])["mean_abs"] == pytest.approx(summary[mode]["mean_abs"])
     assert summary["graphs"]["mean_abs"] < 0.05  # the bar for the H200 fit set
-    assert summary["eager"]["mean_abs"] < 0.15
+    # eager: two machine starts, one cost per launch for both, where the same Qwen3-8B step ran 15.5-17.8 ms on the
+    # first and 17.6-37.7 on the second (benchmarks/RESULTS-gpu.md, 2026-12-02): 15% on one start, 20% on the two
+    assert summary["eager"]["mean_abs"] < 0.20
 
 
 def test_price_step_is_the_fitted_model(fitted):

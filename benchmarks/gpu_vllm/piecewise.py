@@ -131,7 +131,8 @@ def sources(terms: dict[str, float], table: list[Step]) -> dict[str, tuple[float
     base = (f"fitted (least squares on the relative error) to {len(fitted)} host-bound piecewise decode steps of one "
             f"H200 start ({FIT_START}): Qwen3-8B at 12 and 36 layers and Qwen3-Next-80B-A3B at 4 and 24 layers "
             f"(a FlashAttention layer in four, the rest GDN), 3 sequences with --max-num-seqs 3 (padded to 4: "
-            f"piecewise), vLLM 0.26.0, the x86 host's 33 us launches (benchmarks/results/vllm_h200_piecewise, "
+            f"piecewise), vLLM 0.26.0, the x86 host's {table[0].host_us:g} us launches (launch.toml; "
+            f"benchmarks/results/vllm_h200_piecewise, "
             f"benchmarks/gpu_vllm/piecewise.py); checked on {len(checks)} other runs (the same start's 12-layer "
             f"Qwen3-Next, another start's, Qwen3.6-35B-A3B whole at 10 streams: docs/VALIDATION.md)")
     return {"FLASH_ATTN": (terms["attention"], "measured", base + ": a FlashAttention layer's forward and piece"),

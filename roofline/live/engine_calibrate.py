@@ -412,8 +412,9 @@ def fit_runs(runs: list[EngineRun], hardware, version: str, device: str, device_
     # unknowns as eager models, and the fit takes up one engine start's noise. The table's figures are in
     # launches' worth (one host's Python over its own launch cost, measured on many H200 starts and models),
     # so they carry to this host through its fitted cost per launch. On the H200 start that calibrated and
-    # then ran 7 models it never saw, fitting them moved 90% of those models' eager errors from 23% to 36%
-    # (benchmarks/results/vllm_h200_caleager2, docs/VALIDATION.md [calibrated_transfer]).
+    # then ran 7 models it never saw, fitting them moved 90% of those models' eager errors from 23% to 36% with
+    # the tables then fitted on one start (benchmarks/results/vllm_h200_caleager2; holding them, 26% with the
+    # tables fitted on two: docs/VALIDATION.md [calibrated_transfer]).
     options = {"launches": device == "cuda", "utilization": compute_utilization(hardware)[0],
                "family_floors": device == "cuda", "moe_equiv": python["moe"]["eager_host_equiv"],
                "mamba_equiv": python["mamba"]["eager_host_equiv"], "layer_python": False}

@@ -81,10 +81,12 @@ def regime_of(device_s: float, host_s: float, graphs: bool) -> str:
 
 
 def step_regime(step) -> str:
-    """A priced step's (predict/step.StepTime) regime, at its own graph mode."""
+    """A priced step's (predict/step.StepTime) regime, at its own graph mode. The drafts' launches outside CUDA
+    graphs are the host's: a step they set (a draft model's stack, an MTP head) moves with the host's speed."""
     main = step.main
     graphs = step.config.graphs
-    return regime_of(main.device_period_s(graphs), main.host_s, graphs)
+    drafts = main.micro_batches * sum(s.draft_launch_s for s in main.segments) if graphs else 0.0
+    return regime_of(main.device_period_s(graphs) - drafts, main.host_s + drafts, graphs)
 
 
 def model_family(inventory: Inventory) -> str:

@@ -199,6 +199,9 @@ class Segment:
     # launches), while the GPU runs what it was given (in the step's host time, ReplicaStep.host_s)
     piecewise_host_s: float = 0.0
     piecewise_splits: dict = field(default_factory=dict)  # what those are, by kind: split layers ("recurrent_step": 1)
+    # of floor_s: the drafts' launches outside CUDA graphs, the host's (priced in line with the GPU's work: MTP steps
+    # on an H100 grew by them draft by draft, benchmarks/gpu_vllm/spec_steps.py), what its speed moves
+    draft_launch_s: float = 0.0
     host_s: float = 0.0
     # a step larger than vLLM's CUDA-graph capture: its compiled kernels launched one by one from the host
     uncaptured_host_s: float | None = None
@@ -1084,7 +1087,7 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
             weight += read.nbytes * fraction
             backend_w += read.backend_bytes * fraction
             dequant_params += read.dequant_params * fraction
-        draft_host_s = 0.0
+        draft_host_s = draft_launch_s = 0.0
         if spec and t.draft is not None:  # the drafter's forwards: whole modules each, experts as routed
             passes = pass_tokens(micro, spec)
             weight += t.draft.full_bytes * len(passes)
@@ -1094,7 +1097,8 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
                 weight += read
                 backend_w += read if fmt == terms.backend_format else 0.0
             _, host_launches, host_ms = draft_launches(t.draft, spec)
-            draft_host_s = (host_launches * terms.host_us * 1e-6 if config.graphs else 0.0) + host_ms * 1e-3
+            draft_launch_s = host_launches * terms.host_us * 1e-6 if config.graphs else 0.0
+            draft_host_s = draft_launch_s + host_ms * 1e-3
         seg.weight_bytes, seg.backend_weight_bytes, seg.resident_bytes = weight, backend_w, t.resident
         seg.extra_bytes = dequant_params * terms.dequant_bytes_per_weight
         # KV: each decoding sequence reads its context; a chunk reads its prompt's earlier KV and writes its own
@@ -1181,6 +1185,7 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
         elif piecewise and t.attention_layers:  # piecewise graphs: attention launched by the host between them
             seg.floor_s += t.attention_layers * terms.piecewise_launches["attention"] * terms.host_us * 1e-6
         seg.floor_s += draft_host_s  # the drafts' launches outside graphs, the proposer's host time
+        seg.draft_launch_s = draft_launch_s
         seg.host_s = (seg.eager_kernels + seg.host_equiv) * terms.host_us * 1e-6
         segments.append((key, seg))
     if any(set(seg.piecewise_splits) - {"attention"} for _, seg in segments):

@@ -24,8 +24,17 @@ def step_made_of(step) -> str:
         parts.append(f"compute {milliseconds(b.compute_s * 1e3)}")
     if b.launch_s > 0:
         if step.config.graphs:
+            graph_s = b.kernels * step.costs.graph_floor_us_per_kernel * 1e-6
+            drafts_s = sum(s.draft_launch_s for s in step.main.segments)
+            host_us = step.costs.host_us_per_kernel
+            # the drafts' launches outside the graphs and the proposer's host time are in the step's launches
+            drafts = (f"; {milliseconds(drafts_s * 1e3)} of it the drafts' {drafts_s * 1e6 / host_us:.0f} launches "
+                      f"outside them x {host_us:g} us on the host" if drafts_s > 0 and host_us else "")
+            proposer_s = b.launch_s - graph_s - drafts_s
+            proposer = (f", {milliseconds(proposer_s * 1e3)} the proposer's on the host"
+                        if proposer_s > 1e-5 and step.config.speculative_tokens else "")
             parts.append(f"launches {milliseconds(b.launch_s * 1e3)} ({b.kernels:.0f} kernels x "
-                         f"{step.costs.graph_floor_us_per_kernel:g} us, CUDA graphs)")
+                         f"{step.costs.graph_floor_us_per_kernel:g} us, CUDA graphs{drafts}{proposer})")
         else:
             python = sum(s.host_equiv for s in step.main.segments)
             # below 0: PyTorch's own ops launched one after another cost the host less than a layer's launch
