@@ -164,3 +164,27 @@ def test_a_nemotron_h_mtp_block_is_built_from_its_pattern(tmp_path):
     assert 0 < mtp["mtp.layers.1.mixer.experts"]["read_fraction"] < 0.3
     plain = audit(str(tmp_path / "pattern"), None)
     assert not any(m["role"] == "mtp" for m in plain["modules"])  # not loaded without mtp drafting
+
+
+def test_the_terminal_says_how_much_of_a_drafted_step_is_the_hosts():
+    """The expected line names the drafts' launches outside the graphs (the host's, at its cost per launch) and
+    prints the host-set band beside a step they set: a figure that moves with the host's speed says so."""
+    import re
+
+    from roofline.data import load_table
+
+    spec = {"method": "draft_model", "model": str(REPO / "roofline" / "data" / "engine_models" / "qwen3-0.6b"),
+            "num_speculative_tokens": 3}
+    ran = run("audit", QWEN, "--hardware", "h200", "--context", "1024", "--speculative-config", json.dumps(spec),
+              "--acceptance-rate", "0")
+    assert ran.returncode == 0, ran.err
+    line = next(x for x in ran.out.splitlines() if x.strip().startswith("expected"))
+    drafts = re.search(r"of it the drafts' (\d+) launches outside them x ([\d.]+) us on the host", line)
+    out = audit(QWEN, spec)
+    row = load_table("kernels")["draft"]["draft_model"]  # per layer of the draft's 28, 3 drafts
+    assert drafts and int(drafts[1]) == round(28 * (row["first_host_launches"] + 2 * row["per_host_launches"]))
+    assert float(drafts[2]) == load_table("launch")["host"]["x86_server"]["host_us_per_kernel"]
+    assert f"±{round(100 * out['expected_band']['error'])}%" in line and out["expected_band"]["regime"] == "host"
+    plain = next(x for x in run("audit", QWEN, "--hardware", "h200").out.splitlines()
+                 if x.strip().startswith("expected"))
+    assert "drafts'" not in plain and "proposer" not in plain
