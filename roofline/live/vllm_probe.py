@@ -320,6 +320,8 @@ def main() -> int:
     parser.add_argument("--speculative-config", default=None,
                         help="JSON as vLLM takes it, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}': "
                              "a step is then one verify and its drafts, counted by vLLM's spec-decode counters")
+    parser.add_argument("--async-scheduling", choices=["on", "off"], default=None,
+                        help="vLLM's --async-scheduling / --no-async-scheduling (default: vLLM's choice, recorded)")
     parser.add_argument("--tensor-parallel-size", type=int, default=1,
                         help="vLLM's --tensor-parallel-size: ranks on this host's GPUs (its multiprocess executor)")
     parser.add_argument("--out", required=True)
@@ -360,7 +362,8 @@ def main() -> int:
               **({"speculative_config": json.loads(args.speculative_config),
                   # the spec-decode counters (vllm:spec_decode_num_drafts ...) are kept only with stats on
                   "disable_log_stats": False} if args.speculative_config else {}),
-              **({"additional_config": json.loads(args.additional_config)} if args.additional_config else {}))
+              **({"additional_config": json.loads(args.additional_config)} if args.additional_config else {}),
+              **({"async_scheduling": args.async_scheduling == "on"} if args.async_scheduling else {}))
     start_s = time.perf_counter() - started
     vocab = llm.llm_engine.model_config.get_vocab_size()
 
@@ -431,6 +434,8 @@ def main() -> int:
         "hf_overrides": json.loads(args.hf_overrides) if args.hf_overrides else None,
         "speculative_config": json.loads(args.speculative_config) if args.speculative_config else None,
         "speculative_runs": spec_runs,
+        # vLLM resolves it (off by default for draft-model and n-gram speculation, vllm/config/vllm.py)
+        "async_scheduling": bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling),
         "additional_config": json.loads(args.additional_config) if args.additional_config else None,
         "moe_backend": args.moe_backend,
         "tensor_parallel_size": args.tensor_parallel_size,
