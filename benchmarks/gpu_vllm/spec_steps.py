@@ -3,7 +3,9 @@ MTP (a GDN-hybrid MoE and DeepSeek-V3's MLA MoE), EAGLE-3 on a dense model, a dr
 
     .venv/bin/python benchmarks/gpu_vllm/spec_steps.py
 
-Runs: benchmarks/results/vllm_h200_spec/ (H200) and benchmarks/results/vllm_h100_mtp/ (H100), vLLM 0.26.0,
+Runs: benchmarks/results/vllm_h200_spec/ (H200), benchmarks/results/vllm_h100_mtp/ (H100) and
+benchmarks/results/vllm_h200_spec_async/ (H200, another start: a draft model and DeepSeek-V3's MTP with vLLM's
+asynchronous scheduling on and off, Qwen3-8B eager beside them for the host's speed), vLLM 0.26.0,
 dummy weights, 1,024-token prompts, `benchmarks/gpu_vllm/probe.py` (the probe `roofline calibrate --engine
 vllm` runs). With dummy weights no model draft is accepted, so a step is one verify of 1 + n tokens per
 sequence and its n drafts; ngram's drafts are accepted (the dummy model repeats itself) and its verify step
@@ -19,15 +21,17 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-RUNS = [REPO / "benchmarks" / "results" / "vllm_h200_spec", REPO / "benchmarks" / "results" / "vllm_h100_mtp"]
+RUNS = [REPO / "benchmarks" / "results" / name for name in ("vllm_h200_spec", "vllm_h100_mtp", "vllm_h200_spec_async")]
 CARDS = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
 
 
-def predicted_step_ms(run: dict, batch: int) -> float:
+def predicted_step_ms(run: dict, batch: int, context: int) -> float:
     args = [sys.executable, "-m", "roofline.cli", "audit", run["config"], "--hardware", CARDS[run["gpu"]],
-            "--context", "1024", "--batch", str(batch), "--json"]
+            "--context", str(context), "--batch", str(batch), "--json"]
     if run["mode"] == "eager":
         args.append("--enforce-eager")
+    if run.get("async_scheduling") is False:  # as vLLM ran it (recorded since the probe records it)
+        args.append("--no-async-scheduling")
     if run.get("speculative_config"):
         args += ["--speculative-config", json.dumps(run["speculative_config"]), "--acceptance-rate", "0"]
     out = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
@@ -44,7 +48,7 @@ def rows() -> list[dict]:
             spec = run.get("speculative_config") or {}
             for row in run["decode"]:
                 measured = row.get("verify_step_ms", row["step_ms"])
-                predicted = predicted_step_ms(run, row["batch"])
+                predicted = predicted_step_ms(run, row["batch"], row.get("context", 1024))
                 out.append({"run": f"{folder.name}/{path.stem}", "card": CARDS[run["gpu"]], "mode": run["mode"],
                             "method": spec.get("method", "-"), "drafts": spec.get("num_speculative_tokens", 0),
                             "batch": row["batch"], "measured_ms": measured, "predicted_ms": predicted,
@@ -54,10 +58,10 @@ def rows() -> list[dict]:
 
 def main() -> None:
     table = rows()
-    print(f"{'run':<26} {'card':<9} {'mode':<6} {'method':<11} {'drafts':>6} {'batch':>5} {'measured':>9} "
+    print(f"{'run':<36} {'card':<9} {'mode':<6} {'method':<11} {'drafts':>6} {'batch':>5} {'measured':>9} "
           f"{'predicted':>9} {'error':>6}")
     for r in table:
-        print(f"{r['run']:<26} {r['card']:<9} {r['mode']:<6} {r['method']:<11} {r['drafts']:>6} {r['batch']:>5} "
+        print(f"{r['run']:<36} {r['card']:<9} {r['mode']:<6} {r['method']:<11} {r['drafts']:>6} {r['batch']:>5} "
               f"{r['measured_ms']:>9.2f} {r['predicted_ms']:>9.2f} {100 * r['error']:>+5.0f}%")
     graphs = [r for r in table if r["mode"] == "graphs" and r["drafts"]]
     print(f"graph-mode speculative steps: mean |error| {100 * sum(abs(r['error']) for r in graphs) / len(graphs):.1f}%"
