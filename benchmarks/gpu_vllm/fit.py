@@ -137,7 +137,10 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          **{case: f"vllm_h200_mamba_eager/{case}.json"
             for case in ("q8b-cal-eager-1202", "nemo-cal-eager-1202", "nemo-big-eager-1202", "q30b-cal-eager-1202",
                          "nemo-ctx-eager-1202", "q8b-cal-eager-1202b", "nemo-cal-eager-1202c", "q8b-cal-eager-1202c",
-                         "nemo-cal-eager-1202d", "q8b-cal-eager-1202d")}}
+                         "nemo-cal-eager-1202d", "q8b-cal-eager-1202d")},
+         # a twenty-fourth: the speculative steps' host check, Qwen3-8B eager twice, and its plain graph step (the
+         # drafted steps themselves are benchmarks/gpu_vllm/spec_steps.py's)
+         **{case: f"vllm_h200_spec_async/{case}.json" for case in ("q8b-eager-1202s", "q8b-eager-1202t", "q8-r0-1202s")}}
 # later cases the fit uses: a second machine start's eager steps, the only one beside the fit's own to run a Mamba
 # hybrid with the host checked (Qwen3-8B eager on the same start): one start's host set the host's cost per launch,
 # and the Mamba layer's Python was fitted on one start's steps alone
