@@ -199,8 +199,8 @@ class Segment:
     # launches), while the GPU runs what it was given (in the step's host time, ReplicaStep.host_s)
     piecewise_host_s: float = 0.0
     piecewise_splits: dict = field(default_factory=dict)  # what those are, by kind: split layers ("recurrent_step": 1)
-    # of floor_s: the drafts' launches outside CUDA graphs, the host's (priced in line with the GPU's work: MTP steps
-    # on an H100 grew by them draft by draft, benchmarks/gpu_vllm/spec_steps.py), what its speed moves
+    # of floor_s: the drafts' launches outside CUDA graphs, the host's, what its speed moves (priced in line with the
+    # GPU's work, as MTP heads ran them; a draft model's ran under the GPU's: benchmarks/RESULTS-gpu.md 2026-12-02)
     draft_launch_s: float = 0.0
     host_s: float = 0.0
     # a step larger than vLLM's CUDA-graph capture: its compiled kernels launched one by one from the host
