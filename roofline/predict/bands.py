@@ -85,7 +85,7 @@ def step_regime(step) -> str:
     graphs are the host's: a step they set (a draft model's stack, an MTP head) moves with the host's speed."""
     main = step.main
     graphs = step.config.graphs
-    drafts = main.micro_batches * sum(s.draft_launch_s for s in main.segments) if graphs else 0.0
+    drafts = main.micro_batches * main.draft_launch_s if graphs else 0.0
     return regime_of(main.device_period_s(graphs) - drafts, main.host_s + drafts, graphs)
 
 

@@ -326,6 +326,11 @@ class ReplicaStep:
                 out[kind] = out.get(kind, 0) + n
         return out
 
+    @property
+    def draft_launch_s(self) -> float:
+        """One micro-batch's drafts' launches outside CUDA graphs (in its segments' floors): the host's time."""
+        return sum(s.draft_launch_s for s in self.segments)
+
     def device_period_s(self, graphs: bool) -> float:
         """The step's period on the devices alone: the round trip, or the slowest stage's turn per micro-batch."""
         hand = self.handoff.seconds_each if self.handoff else 0.0

@@ -25,7 +25,7 @@ def step_made_of(step) -> str:
     if b.launch_s > 0:
         if step.config.graphs:
             graph_s = b.kernels * step.costs.graph_floor_us_per_kernel * 1e-6
-            drafts_s = sum(s.draft_launch_s for s in step.main.segments)
+            drafts_s = step.main.draft_launch_s
             host_us = step.costs.host_us_per_kernel
             # the drafts' launches outside the graphs and the proposer's host time are in the step's launches
             drafts = (f"; {milliseconds(drafts_s * 1e3)} of it the drafts' {drafts_s * 1e6 / host_us:.0f} launches "
