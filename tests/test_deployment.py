@@ -153,6 +153,8 @@ def test_online_fp8_lets_a_model_fit_that_bf16_does_not():
     (["--context", "5000", "--max-model-len", "4096"], "more than --max-model-len"),
     (["--batch", "9", "--max-num-seqs", "8"], "more than --max-num-seqs"),
     (["--acceptance-rate", "0.3"], "need speculative decoding"),
+    (["--async-scheduling", "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'],
+     "async scheduling is only supported with EAGLE/MTP/Draft Model/NGram GPU/DSpark"),
 ])
 def test_what_vllm_would_refuse_is_one_line(args, fragment):
     proc = subprocess.run([sys.executable, "-m", "roofline.cli", "audit", DENSE, "--hardware", "h100-sxm", *args],

@@ -16,11 +16,12 @@ LLAMA = str(REPO / "tests" / "reference_configs" / "meta-llama__Llama-3.1-8B-Ins
 QWEN = str(REPO / "tests" / "reference_configs" / "Qwen__Qwen3-8B")
 
 
-# A draft model's step is its 84 forwards' launches outside the graphs (on the host) and its GPU work, priced one after
-# the other; vLLM overlaps part of them: 17.2 ms at one stream and 21.2 at eight where the sum is 25.7 and 26.6 at the
-# x86 host's cost per launch fitted on two machine starts (39.5 us; the spec runs' start had no host check). The
-# host-set band (±36%) does not hold it at one stream: the known gap, bounded here
-DRAFT_MODEL_GAP = 0.55
+# A draft model's step: the engine's host step (vLLM 0.26 runs a draft model without async scheduling), its 84
+# forwards' launches outside the graphs (on the host) and the GPU's work, priced one after the other. The run of a
+# machine start whose host speed was checked (Qwen3-8B eager beside it) is held to the printed host-set band; the
+# first start's (17.2 ms at one stream, no host check) is priced +60%: vLLM overlaps part of the launches with the
+# GPU's work and the host's speed differs by start (26.8 ms on the checked one), the known gap
+DRAFT_MODEL_RUN = REPO / "benchmarks" / "results" / "vllm_h200_spec_async" / "q8-d3-1202s.json"
 
 
 def audit(model: str, spec: dict | None, *extra: str) -> dict:
@@ -32,8 +33,8 @@ def audit(model: str, spec: dict | None, *extra: str) -> dict:
     return json.loads(ran.out)
 
 
-def measured(name: str) -> float:
-    row = json.loads((RUNS / f"{name}.json").read_text())["decode"][0]
+def measured(name: str | Path) -> float:
+    row = json.loads((RUNS / f"{name}.json" if isinstance(name, str) else name).read_text())["decode"][0]
     return row.get("verify_step_ms", row["step_ms"])
 
 
@@ -68,7 +69,8 @@ def test_a_draft_model_is_audited_and_costs_its_whole_stack_per_draft():
     plain, drafted = audit(QWEN, None), audit(QWEN, spec)
     assert drafted["step"]["step_ms"] > 2 * plain["step"]["step_ms"]  # 3 forwards of 28 layers, host-bound
     assert drafted["expected_band"]["regime"] == "host" and plain["expected_band"]["regime"] == ""
-    assert abs(drafted["step"]["step_ms"] / measured("q8-d3") - 1) < DRAFT_MODEL_GAP
+    assert drafted["step"]["async_scheduling"] is False  # as vLLM 0.26 runs a draft model (its log says so)
+    assert abs(drafted["step"]["step_ms"] / measured(DRAFT_MODEL_RUN) - 1) < drafted["expected_band"]["error"]
 
 
 def test_ngram_reads_no_weights_and_costs_the_host():
@@ -111,7 +113,7 @@ def test_a_drafters_kv_is_held_in_the_deployments_cache_dtype():
 def test_capacity_prices_a_draft_checkpoint_as_audit_does():
     """One pricing: capacity's curve takes the draft checkpoint --speculative-config names (its method and its
     reads), not an MTP head made of its layers (the draft model was priced at 9.9 ms a step there, 23 in audit;
-    vLLM ran it in 17.2)."""
+    vLLM ran it in 17.2 and, on another machine start, 26.8)."""
     spec = {"method": "draft_model", "model": str(REPO / "roofline" / "data" / "engine_models" / "qwen3-0.6b"),
             "num_speculative_tokens": 3}
     ran = run("capacity", QWEN, "--hardware", "h200", "--max-model-len", "1280", "--speculative-config",
@@ -120,8 +122,9 @@ def test_capacity_prices_a_draft_checkpoint_as_audit_does():
     out = json.loads(ran.out)
     assert out["request"]["draft_method"] == "draft_model" and "qwen3-0.6b" in out["request"]["drafter"]
     one = next(p for p in out["curve"] if p["concurrency"] == 1)
-    assert abs(one["step_ms"] / audit(QWEN, spec)["step"]["step_ms"] - 1) < 0.03
-    assert abs(one["step_ms"] / measured("q8-d3") - 1) < DRAFT_MODEL_GAP
+    audited = audit(QWEN, spec)
+    assert abs(one["step_ms"] / audited["step"]["step_ms"] - 1) < 0.03
+    assert abs(one["step_ms"] / measured(DRAFT_MODEL_RUN) - 1) < audited["expected_band"]["error"]
 
 
 def test_a_checkpoints_mtp_layers_are_held_only_when_mtp_drafts():

@@ -156,3 +156,63 @@ def test_plan_prices_and_prints_no_async_scheduling():
     assert serial[0]["single_stream_tok_s"] < overlapped[0]["single_stream_tok_s"]
     assert all("--no-async-scheduling" in r["serve_command"] for r in serial)
     assert not any("async-scheduling" in r["serve_command"] for r in overlapped)
+
+
+def test_vllm_s_async_default_follows_the_speculation_and_the_executor(tiny):
+    """vLLM 0.26 turns async scheduling off for a draft model or ngram (its log: 'Asynchronous scheduling is
+    disabled', benchmarks/results/vllm_h200_spec/q8-d3.log, q8-n3.log) and under Ray's executor (several boxes); the
+    step is priced as it runs, and a flag given wins where vLLM accepts it."""
+    from roofline.predict.scheduler_config import async_refusal, async_scheduling
+    from roofline.predict.topology import Topology, tensor_parallel_placement
+
+    h200, gb10 = get_hardware("h200"), get_hardware("gb10")
+    for method, on in (("mtp", True), ("eagle3", True), ("ngram_gpu", True), ("draft_model", False), ("ngram", False),
+                       ("suffix", False), (None, True)):
+        assert async_scheduling(h200, None, method).on is on, method
+        assert async_scheduling(h200, False, method).on is False
+    assert async_scheduling(h200, True, "draft_model").on and async_refusal(h200, True, "draft_model") is None
+    assert "only supported with EAGLE" in async_refusal(h200, True, "ngram")
+    assert not async_scheduling(gb10, None, None, boxes=2).on and "Ray" in async_scheduling(gb10, None, None, 2).why
+    assert "ray" in async_refusal(gb10, True, None, boxes=2)
+    assert not async_scheduling(replace(h200, host="cpu"), True).on  # vLLM-CPU turns it off whatever is given
+    # the step model resolves it with the placement: two Sparks over ConnectX-7 run under Ray
+    two_boxes = price_step(tiny, gb10, StepConfig(topology=Topology(tp=2),
+                                                  placement=tensor_parallel_placement(gb10, 2)))
+    one_box = price_step(tiny, gb10, StepConfig())
+    assert two_boxes.config.async_scheduling is False and one_box.config.async_scheduling is True
+    spec = price_step(tiny, h200, StepConfig(speculative_tokens=3, draft_method="ngram", acceptance_rate=0.0))
+    assert spec.config.async_scheduling is False
+    assert spec.step_ms == pytest.approx(spec.main.device_period_s(True) * 1e3 + spec.main.host_s * 1e3)
+
+
+ASYNC_RUNS = ROOT / "benchmarks" / "results" / "vllm_h200_async"
+
+
+def test_turning_async_scheduling_off_costs_the_host_s_step_as_measured():
+    """Real vLLM 0.26 on an H200 (benchmarks/results/vllm_h200_async, one machine start): Qwen3-8B served and offline
+    with async scheduling on and off. Off, each step waits for the engine's host step (1.5-2.0 ms measured); the step
+    model adds the measured host step (launch.toml [step_host.x86_server]) and nothing fitted to these runs."""
+    import subprocess
+
+    def step_ms(batch, context, *flags):
+        proc = subprocess.run([sys.executable, "-m", "roofline.cli", "audit", str(ROOT / "tests" / "reference_configs" /
+                               "Qwen__Qwen3-8B"), "--hardware", "h200", "--batch", str(batch), "--context",
+                               str(context), "--json", *flags], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["step"]["step_ms"]
+
+    runs = {name: json.loads((ASYNC_RUNS / f"{name}.json").read_text()) for name in ("q8-r0-on-1202", "q8-r0-off-1202")}
+    assert runs["q8-r0-on-1202"]["async_scheduling"] and not runs["q8-r0-off-1202"]["async_scheduling"]
+    for on_row, off_row in zip(runs["q8-r0-on-1202"]["decode"], runs["q8-r0-off-1202"]["decode"]):
+        batch, context = off_row["batch"], off_row["context"]
+        off = step_ms(batch, context, "--no-async-scheduling")
+        assert abs(off / off_row["step_ms"] - 1) < 0.10, (batch, off, off_row["step_ms"])
+        cost = off - step_ms(batch, context, "--async-scheduling")
+        assert abs(cost - (off_row["step_ms"] - on_row["step_ms"])) < 0.35, (batch, cost)
+    for batch in (1, 8):  # served: the time per output token of `vllm bench serve --max-concurrency N`
+        served = {}
+        for mode in ("on", "off"):
+            with gzip.open(ASYNC_RUNS / f"q8-async-{mode}-conc-{batch}.json.gz", "rt") as fh:
+                served[mode] = json.load(fh)["mean_tpot_ms"]
+        cost = step_ms(batch, 160, "--no-async-scheduling") - step_ms(batch, 160, "--async-scheduling")
+        assert abs(cost - (served["off"] - served["on"])) < 0.35, (batch, cost, served)

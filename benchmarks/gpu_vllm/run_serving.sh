@@ -22,7 +22,7 @@ for case in "$@"; do
   first=${first:-$name}
   echo "== $name ($config; $serve; $extra) $(date +%T)"
   # shellcheck disable=SC2086
-  timeout 560 python3 benchmarks/gpu_vllm/serve_load.py --config "$config" --name "$name" --serve-args "$serve" \
+  timeout 560 python3 benchmarks/gpu_vllm/serve_load.py --config "$config" --name "$name" --serve-args="$serve" \
       --out "$results" $extra 2>&1 | tail -n 20 || echo "case $name failed"
 done
 tar -C "$results" -cJf "$OUT/serving-$first.tar.xz" .

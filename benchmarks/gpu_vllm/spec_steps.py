@@ -30,8 +30,9 @@ def predicted_step_ms(run: dict, batch: int, context: int) -> float:
             "--context", str(context), "--batch", str(batch), "--json"]
     if run["mode"] == "eager":
         args.append("--enforce-eager")
-    if run.get("async_scheduling") is False:  # as vLLM ran it (recorded since the probe records it)
-        args.append("--no-async-scheduling")
+    if run.get("async_scheduling") is not None:  # as vLLM ran it (recorded since the probe records it; before,
+        # vLLM's default, which the tool resolves as vLLM does: the logs say so)
+        args.append("--async-scheduling" if run["async_scheduling"] else "--no-async-scheduling")
     if run.get("speculative_config"):
         args += ["--speculative-config", json.dumps(run["speculative_config"]), "--acceptance-rate", "0"]
     out = subprocess.run(args, capture_output=True, text=True, cwd=REPO)

@@ -25,7 +25,7 @@ from roofline.predict.deployment import default_capture_tokens
 from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
 from roofline.predict.launch import graphs_apply
-from roofline.predict.scheduler_config import batch_defaults
+from roofline.predict.scheduler_config import async_scheduling, batch_defaults, max_concurrent_batches
 from roofline.predict.step import StepConfig, price_step
 from roofline.predict.topology import Topology, refusal, stage_layers, tensor_parallel_placement
 from roofline.predict.traffic import KV_DTYPE_BYTES, ROUTINGS, Scenario, compute_traffic, dtype_bytes
@@ -250,11 +250,23 @@ def request_profile_peak(inventory: Inventory, hardware: Hardware, request: Requ
     """vLLM's profile run for the request's engine (advise/profile_run.py): its model runner, the experts' kernel
     (the request's backend, else vLLM's default for the checkpoint), the device's SMs, torch.compile on a GPU unless
     --enforce-eager."""
-    runner = model_runner(inventory, request.draft_method if request.speculative_tokens else None)
+    runner = _runner(inventory, request)
     return profile_peak(inventory, tokens, seqs, request.max_model_len,
                         request.block_size or platform_layout(hardware, mla=True).default_block_size, tp, runner,
                         *experts_kernel(inventory, hardware, request), hardware.sm_count,
                         compiled=graphs_apply(hardware) and not request.enforce_eager)
+
+
+def _runner(inventory: Inventory, request: Request) -> str:
+    return model_runner(inventory, request.draft_method if request.speculative_tokens else None)
+
+
+def _async(hardware: Hardware, request: Request, parallel: dict):
+    """Async scheduling as vLLM resolves it for the request's line over its placement's boxes."""
+    placement = parallel.get("placement")
+    return async_scheduling(hardware, request.async_scheduling,
+                            request.draft_method if request.speculative_tokens else None,
+                            placement.boxes if placement else 1)
 
 
 def experts_kernel(inventory: Inventory, hardware: Hardware, request: Request) -> tuple[str, str | None]:
@@ -417,6 +429,8 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
     shape = inventory.shape
     kv_name = request.kv_cache_dtype
     traffic_kv = compute_traffic(inventory, Scenario(kv_cache_dtype=kv_name))
+    in_flight = max_concurrent_batches(_async(hardware, request, parallel).on, _runner(inventory, request),
+                                       topology.pp) * batched_tokens(request, hardware)
 
     def cache(max_model_len: int) -> KVCapacity:
         return kv_capacity(
@@ -425,7 +439,7 @@ def capacity(inventory: Inventory, hardware: Hardware, request: Request) -> Capa
             max_model_len=max_model_len,
             layout=platform_layout(hardware, mla=bool(config_int(text_config(inventory.config), "kv_lora_rank"))),
             block_size=request.block_size, prefix_caching=request.prefix_caching, tp=topology.tp,
-            max_in_flight_tokens=_platform(hardware)["max_concurrent_batches"] * batched_tokens(request, hardware),
+            max_in_flight_tokens=in_flight,
             stages=_stage_budgets(shape.num_layers, topology.pp, stage_weights, budget, weights, given))
 
     kv = cache(request.max_model_len)
@@ -531,7 +545,7 @@ def _parallel(inventory: Inventory, hardware: Hardware, request: Request,
     links; for --gpus / --boxes the split plan --gpus / --boxes ranks first (advise/scale_out.py) at the
     curve's largest concurrency."""
     mode = {"graphs": False} if request.enforce_eager else {"cudagraph_mode": request.cudagraph_mode}  # as it runs
-    mode["async_scheduling"] = request.async_scheduling is not False
+    mode["async_scheduling"] = request.async_scheduling  # None: vLLM's default (step.StepConfig)
     if request.backend is not None:
         mode["backend"] = request.backend
     if request.attention_backend is not None:
@@ -580,7 +594,9 @@ def load_server(inventory: Inventory, hardware: Hardware, request: Request, kv: 
         one_replica.pop("placement", None)
     config = StepConfig(context=context, kv_cache_dtype=request.kv_cache_dtype, routing=request.routing,
                         capture_tokens=None if request.enforce_eager else request.capture_tokens, **one_replica)
-    return server_for(inventory, hardware, config, scheduler_settings(request, hardware),
+    placement = parallel.get("placement")
+    return server_for(inventory, hardware, config,
+                      scheduler_settings(request, hardware, boxes=placement.boxes if placement else 1),
                       num_blocks=kv.num_blocks, blocks_for=kv.blocks_for, max_model_len=request.max_model_len)
 
 

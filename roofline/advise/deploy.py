@@ -143,9 +143,9 @@ def plan_workload(deployment: Deployment, acceptance_rate: float) -> dict:
         raise RooflineError("plan simulates the model's own formats: a draft checkpoint (eagle / draft_model) is "
                             "priced by audit, capacity and preflight")
     fixed = {"graphs": not deployment.eager, "cudagraph_mode": deployment.cudagraph_mode or "full_and_piecewise",
-             "async_scheduling": deployment.async_scheduling is not False,
+             "async_scheduling": deployment.async_scheduling,
              "backend_names": tuple(n for n in (deployment.linear_backend, deployment.moe_backend) if n)}
     if spec is not None:
         fixed |= {"speculative_config": json.dumps({"method": spec.method, "num_speculative_tokens": spec.tokens}),
-                  "speculative_tokens": spec.tokens, "acceptance_rate": acceptance_rate}
+                  "speculative_tokens": spec.tokens, "draft_method": spec.method, "acceptance_rate": acceptance_rate}
     return fixed

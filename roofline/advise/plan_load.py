@@ -94,7 +94,7 @@ def plan_load(asked) -> PlanLoad | None:
 def row_request(load: PlanLoad | None, *, context: int, kv_cache_dtype: str, backend, tp: int, link: str | None,
                 graphs: bool, speculative_tokens: int, acceptance_rate: float,
                 gpu_memory_utilization: float | None, cudagraph_mode: str = "full_and_piecewise",
-                async_scheduling: bool = True) -> Request:
+                async_scheduling: bool | None = None, draft_method: str = "mtp") -> Request:
     """The capacity Request of one plan row: the row's serve line (--max-model-len = the plan's context, its
     KV dtype, backend, TP, eager or graphs, speculation) and the load's request lengths (without a load, one
     request of the whole context: what vLLM checks at start-up)."""
@@ -110,7 +110,8 @@ def row_request(load: PlanLoad | None, *, context: int, kv_cache_dtype: str, bac
     return Request(max_model_len=context, kv_cache_dtype=kv_cache_dtype, concurrency=(1,), **lengths, tp=tp,
                    link=link, enforce_eager=not graphs, cudagraph_mode=cudagraph_mode, backend=backend,
                    speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
-                   gpu_memory_utilization=gpu_memory_utilization, async_scheduling=async_scheduling)
+                   gpu_memory_utilization=gpu_memory_utilization, async_scheduling=async_scheduling,
+                   draft_method=draft_method)
 
 
 # capacity's lines for a serve line vLLM would not start (its own checks at start-up, or no memory left for them)

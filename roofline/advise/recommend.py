@@ -59,9 +59,10 @@ class Workload:
     # speculation (vLLM's --speculative-config JSON and the per-token acceptance), backends asked for
     graphs: bool = True
     cudagraph_mode: str = "full_and_piecewise"  # vLLM's CUDA-graph mode (step.StepConfig.cudagraph_mode)
-    async_scheduling: bool = True  # vLLM's --async-scheduling (step.StepConfig.async_scheduling)
+    async_scheduling: bool | None = None  # vLLM's --[no-]async-scheduling; None: its default (step.StepConfig)
     speculative_config: str | None = None
     speculative_tokens: int = 0
+    draft_method: str = "mtp"  # --speculative-config's method (step.StepConfig.draft_method)
     acceptance_rate: float = 0.7
     backend_names: tuple[str, ...] = ()  # --linear-backend / --moe-backend given: only rows on them
     load: PlanLoad | None = None  # a request rate / trace / burst and targets: rows ranked under it (plan_load.py)
@@ -148,7 +149,8 @@ def row_config(workload: "Workload", backend: Backend | None, kv: str, hardware:
     return StepConfig(batch=batch, context=workload.context, kv_cache_dtype=kv, backend=backend,
                       topology=topology, placement=placement, routing=workload.routing, graphs=workload.graphs,
                       cudagraph_mode=workload.cudagraph_mode, async_scheduling=workload.async_scheduling,
-                      speculative_tokens=workload.speculative_tokens, acceptance_rate=workload.acceptance_rate)
+                      speculative_tokens=workload.speculative_tokens, acceptance_rate=workload.acceptance_rate,
+                      draft_method=workload.draft_method)
 
 
 # --------------------------------------------------------------------------- reasons
@@ -327,7 +329,7 @@ def _row_request(workload: Workload, rec: Recommendation, hardware: Hardware, lo
                        tp=workload.tp, link=workload.link, graphs=workload.graphs,
                        speculative_tokens=workload.speculative_tokens, acceptance_rate=workload.acceptance_rate,
                        gpu_memory_utilization=utilization, cudagraph_mode=workload.cudagraph_mode,
-                       async_scheduling=workload.async_scheduling)
+                       async_scheduling=workload.async_scheduling, draft_method=workload.draft_method)
 
 
 def _load_reason(load: PlanLoad, row: RowLoad) -> str:
@@ -456,7 +458,7 @@ def _evaluate(base: Inventory, sim: Inventory, traffic1: Traffic, hardware: Hard
     flags += parallel_flags(config.topology, boxes) if workload.tp > 1 else []
     if not workload.graphs:
         flags.append("--enforce-eager")
-    if not workload.async_scheduling:  # priced so: the engine's host time after the GPU's
+    if workload.async_scheduling is False:  # priced so: the engine's host time after the GPU's
         flags.append("--no-async-scheduling")
     if workload.speculative_config:
         flags.append(f"--speculative-config={workload.speculative_config}")

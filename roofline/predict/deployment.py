@@ -761,10 +761,14 @@ def refusals(deployment: Deployment, inventory: Inventory, hardware: Hardware,
             out.append(reason)
     from roofline.model.limits import max_positions
 
-    from .scheduler_config import scheduler_refusals, scheduler_settings
+    from .scheduler_config import async_refusal, scheduler_refusals, scheduler_settings
 
     out += scheduler_refusals(scheduler_settings(deployment, hardware),
                               deployment.max_model_len or max_positions(inventory.config))
+    reason = async_refusal(hardware, deployment.async_scheduling,
+                           deployment.draft_method if deployment.speculative_tokens else None)
+    if reason:
+        out.append(reason)
     if deployment.max_model_len is not None:
         limit = max_positions(inventory.config)
         if limit is not None and deployment.max_model_len > limit:
@@ -899,7 +903,7 @@ def step_config(deployment: Deployment, inventory: Inventory, hardware: Hardware
                       capture_tokens=capture_tokens(deployment, hardware, inventory.shape.architecture),
                       full_decode_tokens=full_decode_limit(deployment, hardware, inventory.shape.architecture),
                       cudagraph_mode=deployment.cudagraph_mode or "full_and_piecewise",
-                      async_scheduling=deployment.async_scheduling is not False,
+                      async_scheduling=deployment.async_scheduling,
                       attention_backend=deployment.attention_backend)
 
 

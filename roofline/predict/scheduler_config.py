@@ -55,20 +55,70 @@ def block_size(hardware: Hardware, given: int | None = None) -> int:
     return given or platform["default_block_size"]
 
 
-def scheduler_settings(deployment, hardware: Hardware, entry: str = "serve") -> SchedulerSettings:
-    """The scheduler a Deployment (predict/deployment.py) runs on `hardware`: its flags, vLLM's defaults."""
+@dataclass(frozen=True)
+class AsyncScheduling:
+    on: bool
+    why: str  # what decided it: the line's flag or the default vLLM takes, and why it is off
+
+
+def async_scheduling(hardware: Hardware, given: bool | None, draft_method: str | None = None,
+                     boxes: int = 1) -> AsyncScheduling:
+    """Whether vLLM forms the next step while this one runs (serving.toml [async_scheduling]): the line's
+    --[no-]async-scheduling, else vLLM's default for the speculation (`draft_method`, None without) and the
+    executor (Ray's, over several boxes). A combination vLLM refuses when given is async_refusal's."""
+    table = load_table("serving")["async_scheduling"]
+    if hardware.host == "cpu":
+        return AsyncScheduling(False, "vLLM-CPU turns async scheduling off (vllm/platforms/cpu.py)")
+    if given is not None:
+        return AsyncScheduling(given, "--async-scheduling" if given else "--no-async-scheduling")
+    if draft_method is not None and draft_method not in table["default_methods"]:
+        return AsyncScheduling(False, f"vLLM 0.26 runs {draft_method} speculation without it ('Async scheduling "
+                                      "not supported with ...-based speculative decoding')")
+    if boxes > 1 and "ray" in table["executors_without"]:
+        return AsyncScheduling(False, f"vLLM's Ray executor ({boxes} boxes) does not support it")
+    return AsyncScheduling(True, "vLLM's default")
+
+
+def async_refusal(hardware: Hardware, given: bool | None, draft_method: str | None = None,
+                  boxes: int = 1) -> str | None:
+    """vLLM's refusal of --async-scheduling given with what cannot run it (VllmConfig.__post_init__), or None."""
+    table = load_table("serving")["async_scheduling"]
+    if not given or hardware.host == "cpu":
+        return None
+    if draft_method is not None and draft_method not in table["accepted_methods"]:
+        return ("--async-scheduling: Currently, async scheduling is only supported with EAGLE/MTP/Draft Model/NGram "
+                f"GPU/DSpark kind of speculative decoding (the line's method: {draft_method})")
+    if boxes > 1 and "ray" in table["executors_without"]:
+        return f"--async-scheduling: `ray` does not support async scheduling yet ({boxes} boxes run under Ray)"
+    return None
+
+
+def max_concurrent_batches(async_on: bool, runner: str, pp: int = 1) -> int:
+    """Batches scheduled but not yet settled (VllmConfig.max_concurrent_batches): one per pipeline stage, one
+    more with async scheduling under the V2 model runner; the V1 runner overlaps two only at one stage."""
+    if async_on:
+        if runner == "v2":
+            return pp + 1
+        if pp <= 1:
+            return 2
+    return pp
+
+
+def scheduler_settings(deployment, hardware: Hardware, entry: str = "serve", boxes: int = 1) -> SchedulerSettings:
+    """The scheduler a Deployment (predict/deployment.py) runs on `hardware` (over `boxes` boxes): its flags,
+    vLLM's defaults."""
     world = deployment.tp * deployment.pp
     tokens, seqs, why = batch_defaults(hardware, entry, world if hardware.host == "cpu" else 1)
     budget = deployment.max_num_batched_tokens or tokens
     max_seqs = deployment.max_num_seqs or seqs
-    async_default = hardware.host != "cpu"  # vLLM-CPU turns async scheduling off (platforms/cpu.py)
+    overlap = async_scheduling(hardware, deployment.async_scheduling,
+                               deployment.draft_method if deployment.speculative_tokens else None, boxes)
     return SchedulerSettings(
         max_num_batched_tokens=budget, max_num_seqs=max_seqs,
         max_num_active_seqs=deployment.max_num_active_seqs or max_seqs,
         chunked_prefill=deployment.chunked_prefill is not False,
         prefix_caching=deployment.prefix_caching is not False,
-        async_scheduling=async_default if deployment.async_scheduling is None else
-        (deployment.async_scheduling and async_default),
+        async_scheduling=overlap.on,
         long_prefill_token_threshold=deployment.long_prefill_token_threshold or 0,
         block_size=block_size(hardware, deployment.block_size),
         defaults_source="" if deployment.max_num_batched_tokens and deployment.max_num_seqs else why)

@@ -56,6 +56,7 @@ from .hardware import Hardware
 from .kernels import KernelProfile, estimate_kernels
 from .launch import LaunchCosts, eager_overlap_factor, launch_costs
 from .links import allreduce_factor
+from .scheduler_config import async_scheduling
 from .topology import (
     ACTIVATION_BYTES,
     RESIDUAL_COPIES,
@@ -128,9 +129,10 @@ class StepConfig:
     # how many of a prompt's tokens route to experts independently (None: data/prefill.toml [routing], real text;
     # 1.0: every token on its own, as random dummy weights route)
     prompt_routing: float | None = None
-    # vLLM's async scheduling (its default on GPUs): the host forms the next step while the GPU runs this one, so
-    # a graph step takes the longer of the two; off (--no-async-scheduling), the host's time adds to the GPU's
-    async_scheduling: bool = True
+    # vLLM's async scheduling: the host forms the next step while the GPU runs this one, so a graph step takes the
+    # longer of the two; off, the host's time adds to the GPU's. None: vLLM's default for the speculation and the
+    # placement (scheduler_config.async_scheduling: on on GPUs, off for a draft model or ngram, over Ray's boxes)
+    async_scheduling: bool | None = None
     attention_backend: str | None = None  # --attention-backend (None: vLLM's choice here, predict/attention.py)
 
     def scenario(self, batch: int) -> Scenario:
@@ -618,6 +620,7 @@ class StepTime:
             "backend": self.backend.name, "linear_backend": self.backend.linear_backend,
             "moe_backend": self.backend.moe_backend, "gemm_compute": self.backend.compute,
             "speculative_tokens": config.speculative_tokens, "routing": config.routing,
+            "async_scheduling": config.async_scheduling,
             "aggregate_tok_s": self.tok_s, "per_stream_tok_s": self.per_stream_tok_s,
             "graph_tok_s": self.graph_tok_s, "eager_tok_s": self.eager_tok_s, "ceiling_tok_s": self.ceiling_tok_s,
             "step_ms": self.step_ms, "breakdown": self.breakdown().to_json(),
@@ -669,6 +672,9 @@ def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = St
     if placement is None:
         placement = SINGLE_DEVICE if topology.devices == 1 else \
             place(topology, topology.devices, in_box_link(hardware), None)
+    config = replace(config, async_scheduling=async_scheduling(
+        hardware, config.async_scheduling, config.draft_method if config.speculative_tokens else None,
+        placement.boxes).on)
     backend = config.backend or default_backend(inventory.main_format(), hardware)
     profile = config.kernels or estimate_kernels(inventory, backend.linear_backend, backend.moe_backend)
     family = model_family(inventory)
@@ -709,6 +715,7 @@ class StepPricer:
         if topology.dp > 1:
             raise RooflineError("the step pricer prices one engine: give it one data-parallel replica")
         probe = price_step(inventory, hardware, replace(config, batch=max(config.batch, 1), chunks=()))
+        config = replace(config, async_scheduling=probe.config.async_scheduling)  # as vLLM resolves it here
         self.config = config
         self.graphs = config.graphs
         self.scale = 1.0  # every price times this (a band's end)

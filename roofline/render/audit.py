@@ -4,6 +4,7 @@ from __future__ import annotations
 from roofline.audit import AuditResult
 from roofline.model.formats import format_label
 from roofline.predict.bands import band_short, band_text, spread
+from roofline.predict.scheduler_config import async_scheduling
 from roofline.predict.speculation import vllm_acceptance_rate
 from roofline.units import human_bytes, milliseconds
 
@@ -53,11 +54,24 @@ def step_made_of(step) -> str:
         parts.append(f"collectives {milliseconds(b.communication_s * 1e3)}")
     if b.host_s > 0:
         costs = step.costs
-        parts.append(f"the engine's host {milliseconds(b.host_s * 1e3)} beyond the GPU's (a step takes at least "
-                     f"{milliseconds(step.main.host_s * 1e3)} on the host: {costs.step_host_us:g} us + "
-                     f"{costs.step_host_us_per_request:g} us x {step.main.micro_batch} "
-                     f"request{'s' if step.main.micro_batch != 1 else ''})")
+        host = (f"{milliseconds(step.main.host_s * 1e3)} on the host: {costs.step_host_us:g} us + "
+                f"{costs.step_host_us_per_request:g} us x {step.main.micro_batch} "
+                f"request{'s' if step.main.micro_batch != 1 else ''}")
+        if step.config.async_scheduling is False:  # the host's step comes after the GPU's
+            parts.append(f"the engine's host {milliseconds(b.host_s * 1e3)} after the GPU's (async scheduling off: "
+                         f"{_async_off_reason(step)}; each step waits for {host})")
+        else:
+            parts.append(f"the engine's host {milliseconds(b.host_s * 1e3)} beyond the GPU's (a step takes at "
+                         f"least {host})")
     return " + ".join(parts) + f"; {b.bound}-bound"
+
+
+def _async_off_reason(step) -> str:
+    """Why the step runs without async scheduling: vLLM's default for its speculation and executor, else the flag."""
+    config = step.config
+    default = async_scheduling(step.hardware, None, config.draft_method if config.speculative_tokens else None,
+                               step.placement.boxes)
+    return "--no-async-scheduling" if default.on else default.why
 
 
 def deployment_lines(deployment) -> list[str]:
