@@ -216,3 +216,36 @@ def test_turning_async_scheduling_off_costs_the_host_s_step_as_measured():
                 served[mode] = json.load(fh)["mean_tpot_ms"]
         cost = step_ms(batch, 160, "--no-async-scheduling") - step_ms(batch, 160, "--async-scheduling")
         assert abs(cost - (served["off"] - served["on"])) < 0.35, (batch, cost, served)
+
+
+@pytest.mark.parametrize("async_on", [True, False])
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+@pytest.mark.parametrize("pp", [1, 2, 4])
+def test_batches_in_flight_are_vllm_s_own(async_on, runner, pp):
+    """The batches a sliding-window KV group holds tokens of (capacity's max_in_flight_tokens) are vLLM's
+    VllmConfig.max_concurrent_batches, run here on the installed vLLM's own property."""
+    from types import SimpleNamespace
+
+    from vllm.config import VllmConfig
+
+    from roofline.predict.scheduler_config import max_concurrent_batches
+
+    config = SimpleNamespace(parallel_config=SimpleNamespace(pipeline_parallel_size=pp),
+                             scheduler_config=SimpleNamespace(async_scheduling=async_on),
+                             use_v2_model_runner=runner == "v2")
+    assert max_concurrent_batches(async_on, runner, pp) == VllmConfig.max_concurrent_batches.fget(config)
+
+
+def test_a_given_async_scheduling_vllm_refuses_is_never_priced(tiny):
+    """--async-scheduling over two Sparks (Ray's executor) or with CPU ngram: vLLM refuses to start, so the step
+    model refuses to price it, for every command alike."""
+    from roofline.errors import RooflineError
+    from roofline.predict.topology import Topology, tensor_parallel_placement
+
+    gb10 = get_hardware("gb10")
+    with pytest.raises(RooflineError, match="ray"):
+        price_step(tiny, gb10, StepConfig(topology=Topology(tp=2), placement=tensor_parallel_placement(gb10, 2),
+                                          async_scheduling=True))
+    with pytest.raises(RooflineError, match="only supported with EAGLE"):
+        price_step(tiny, gb10, StepConfig(speculative_tokens=2, draft_method="ngram", async_scheduling=True))
+    assert price_step(tiny, gb10, StepConfig(speculative_tokens=2, draft_method="ngram", async_scheduling=False))

@@ -458,8 +458,8 @@ def _evaluate(base: Inventory, sim: Inventory, traffic1: Traffic, hardware: Hard
     flags += parallel_flags(config.topology, boxes) if workload.tp > 1 else []
     if not workload.graphs:
         flags.append("--enforce-eager")
-    if workload.async_scheduling is False:  # priced so: the engine's host time after the GPU's
-        flags.append("--no-async-scheduling")
+    if workload.async_scheduling is not None:  # as given and priced (None: vLLM's default, priced as it resolves it)
+        flags.append("--async-scheduling" if workload.async_scheduling else "--no-async-scheduling")
     if workload.speculative_config:
         flags.append(f"--speculative-config={workload.speculative_config}")
     rec.flags = flags

@@ -56,7 +56,7 @@ from .hardware import Hardware
 from .kernels import KernelProfile, estimate_kernels
 from .launch import LaunchCosts, eager_overlap_factor, launch_costs
 from .links import allreduce_factor
-from .scheduler_config import async_scheduling
+from .scheduler_config import async_refusal, async_scheduling
 from .topology import (
     ACTIVATION_BYTES,
     RESIDUAL_COPIES,
@@ -672,9 +672,12 @@ def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = St
     if placement is None:
         placement = SINGLE_DEVICE if topology.devices == 1 else \
             place(topology, topology.devices, in_box_link(hardware), None)
-    config = replace(config, async_scheduling=async_scheduling(
-        hardware, config.async_scheduling, config.draft_method if config.speculative_tokens else None,
-        placement.boxes).on)
+    method = config.draft_method if config.speculative_tokens else None
+    refused = async_refusal(hardware, config.async_scheduling, method, placement.boxes)
+    if refused:  # what vLLM refuses is never priced
+        raise RooflineError(refused)
+    config = replace(config, async_scheduling=async_scheduling(hardware, config.async_scheduling, method,
+                                                               placement.boxes).on)
     backend = config.backend or default_backend(inventory.main_format(), hardware)
     profile = config.kernels or estimate_kernels(inventory, backend.linear_backend, backend.moe_backend)
     family = model_family(inventory)
