@@ -18,9 +18,10 @@ QWEN = str(REPO / "tests" / "reference_configs" / "Qwen__Qwen3-8B")
 
 # A draft model's step: the engine's host step (vLLM 0.26 runs a draft model without async scheduling), its 84
 # forwards' launches outside the graphs (on the host) and the GPU's work, priced one after the other. The run of a
-# machine start whose host speed was checked (Qwen3-8B eager beside it) is held to the printed host-set band; the
-# first start's (17.2 ms at one stream, no host check) is priced +60%: vLLM overlaps part of the launches with the
-# GPU's work and the host's speed differs by start (26.8 ms on the checked one), the known gap
+# machine start whose host speed was checked (Qwen3-8B eager beside it) is held to the printed band; the
+# first start's (17.2 ms at one stream, no host check) is priced +60%, a third's 21.8: vLLM overlaps part of the
+# launches with the GPU's work and the host's speed differs by start (26.8 ms on the checked one); the speculative
+# steps' band (every method's, out of sample: docs/VALIDATION.md) carries it
 DRAFT_MODEL_RUN = REPO / "benchmarks" / "results" / "vllm_h200_spec_async" / "q8-d3-1202s.json"
 
 
@@ -48,8 +49,8 @@ def test_an_mtp_head_reads_the_experts_it_routes_to_not_the_whole_bank():
     assert 0.05 < bank["read_fraction"] < 0.3, bank
     head = next(m for m in out["modules"] if m["role"] == "lm_head")
     assert head["read_fraction"] == 3.0  # the verify and each draft sample with the shared head
-    # the head's launches outside the graphs are the host's: the step takes the host-set band, which holds it
-    assert out["expected_band"]["regime"] == "host"
+    # a drafted step takes the speculative steps' band (every method's, measured out of sample), which holds it
+    assert out["expected_band"]["regime"] == "speculative"
     assert abs(out["step"]["step_ms"] / measured("ds-r2") - 1) < out["expected_band"]["error"]
 
 
@@ -68,7 +69,7 @@ def test_a_draft_model_is_audited_and_costs_its_whole_stack_per_draft():
             "num_speculative_tokens": 3}
     plain, drafted = audit(QWEN, None), audit(QWEN, spec)
     assert drafted["step"]["step_ms"] > 2 * plain["step"]["step_ms"]  # 3 forwards of 28 layers, host-bound
-    assert drafted["expected_band"]["regime"] == "host" and plain["expected_band"]["regime"] == ""
+    assert drafted["expected_band"]["regime"] == "speculative" and plain["expected_band"]["regime"] == ""
     assert drafted["step"]["async_scheduling"] is False  # as vLLM 0.26 runs a draft model (its log says so)
     assert abs(drafted["step"]["step_ms"] / measured(DRAFT_MODEL_RUN) - 1) < drafted["expected_band"]["error"]
 
@@ -171,7 +172,7 @@ def test_a_nemotron_h_mtp_block_is_built_from_its_pattern(tmp_path):
 
 def test_the_terminal_says_how_much_of_a_drafted_step_is_the_hosts():
     """The expected line names the drafts' launches outside the graphs (the host's, at its cost per launch) and
-    prints the host-set band beside a step they set: a figure that moves with the host's speed says so."""
+    prints the speculative steps' band beside a drafted step: a figure that moves with the host's speed says so."""
     import re
 
     from roofline.data import load_table
@@ -187,7 +188,11 @@ def test_the_terminal_says_how_much_of_a_drafted_step_is_the_hosts():
     row = load_table("kernels")["draft"]["draft_model"]  # per layer of the draft's 28, 3 drafts
     assert drafts and int(drafts[1]) == round(28 * (row["first_host_launches"] + 2 * row["per_host_launches"]))
     assert float(drafts[2]) == load_table("launch")["host"]["x86_server"]["host_us_per_kernel"]
-    assert f"±{round(100 * out['expected_band']['error'])}%" in line and out["expected_band"]["regime"] == "host"
+    # the speculative steps' band, past ±50%: said in words, beside the figure and on the validated line
+    band = out["expected_band"]
+    assert band["regime"] == "speculative" and band["says_nothing"] and "unknown within 2x" in line
+    validated = next(x for x in ran.out.splitlines() if x.strip().startswith("validated"))
+    assert "a speculative step" in validated and f"±{round(100 * band['class_error'])}%" in validated
     plain = next(x for x in run("audit", QWEN, "--hardware", "h200").out.splitlines()
                  if x.strip().startswith("expected"))
     assert "drafts'" not in plain and "proposer" not in plain

@@ -140,7 +140,12 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
                          "nemo-cal-eager-1202d", "q8b-cal-eager-1202d")},
          # a twenty-fourth: the speculative steps' host check, Qwen3-8B eager twice, and its plain graph step (the
          # drafted steps themselves are benchmarks/gpu_vllm/spec_steps.py's)
-         **{case: f"vllm_h200_spec_async/{case}.json" for case in ("q8b-eager-1202s", "q8b-eager-1202t", "q8-r0-1202s")}}
+         **{case: f"vllm_h200_spec_async/{case}.json" for case in ("q8b-eager-1202s", "q8b-eager-1202t", "q8-r0-1202s")},
+         # a twenty-fifth: Qwen3-8B's plain graph step with async scheduling on, beside its steps without it (not a
+         # decode fit's step: benchmarks/gpu_vllm/async_scheduling.py); a twenty-sixth: the third speculative start's
+         # host check and DeepSeek-V3's plain MLA step
+         "q8-r0-on-1202": "vllm_h200_async/q8-r0-on-1202.json",
+         **{case: f"vllm_h200_spec_async/{case}.json" for case in ("q8b-eager-1202u", "ds-r0-1202u")}}
 # later cases the fit uses: a second machine start's eager steps, the only one beside the fit's own to run a Mamba
 # hybrid with the host checked (Qwen3-8B eager on the same start): one start's host set the host's cost per launch,
 # and the Mamba layer's Python was fitted on one start's steps alone

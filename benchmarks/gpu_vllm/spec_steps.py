@@ -1,11 +1,14 @@
 """Speculative decoding's step, measured on real vLLM beside the step model's price of it, by mechanism:
 MTP (a GDN-hybrid MoE and DeepSeek-V3's MLA MoE), EAGLE-3 on a dense model, a draft model, ngram.
 
-    .venv/bin/python benchmarks/gpu_vllm/spec_steps.py
+    .venv/bin/python benchmarks/gpu_vllm/spec_steps.py            # the table
+    .venv/bin/python benchmarks/gpu_vllm/spec_steps.py --table    # and benchmarks/gpu_vllm/spec_steps.json, which
+                                                                  # validation.py reads (the speculative steps' band)
+    .venv/bin/python benchmarks/gpu_vllm/spec_steps.py --check    # exit 1 when spec_steps.json differs
 
 Runs: benchmarks/results/vllm_h200_spec/ (H200), benchmarks/results/vllm_h100_mtp/ (H100) and
-benchmarks/results/vllm_h200_spec_async/ (H200, another start: a draft model and DeepSeek-V3's MTP with vLLM's
-asynchronous scheduling on and off, Qwen3-8B eager beside them for the host's speed), vLLM 0.26.0,
+benchmarks/results/vllm_h200_spec_async/ (H200, two more starts: a draft model and DeepSeek-V3's MTP, with vLLM's
+asynchronous scheduling on and off on one, Qwen3-8B eager beside them for the host's speed), vLLM 0.26.0,
 dummy weights, 1,024-token prompts, `benchmarks/gpu_vllm/probe.py` (the probe `roofline calibrate --engine
 vllm` runs). With dummy weights no model draft is accepted, so a step is one verify of 1 + n tokens per
 sequence and its n drafts; ngram's drafts are accepted (the dummy model repeats itself) and its verify step
@@ -57,8 +60,25 @@ def rows() -> list[dict]:
     return out
 
 
+TABLE = Path(__file__).resolve().parent / "spec_steps.json"
+
+
+def table_json(table: list[dict]) -> str:
+    rounded = [{k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in table]
+    return json.dumps({"schema": "roofline.spec_steps/1", "command": "benchmarks/gpu_vllm/spec_steps.py --table",
+                       "rows": rounded}, indent=1) + "\n"
+
+
 def main() -> None:
     table = rows()
+    if "--check" in sys.argv[1:]:
+        if not TABLE.exists() or TABLE.read_text() != table_json(table):
+            raise SystemExit(f"{TABLE.relative_to(REPO)} differs from what the runs and the step model give now: "
+                             "rerun with --table")
+        print(f"{TABLE.relative_to(REPO)}: up to date")
+        return
+    if "--table" in sys.argv[1:]:
+        TABLE.write_text(table_json(table))
     print(f"{'run':<36} {'card':<9} {'mode':<6} {'method':<11} {'drafts':>6} {'batch':>5} {'measured':>9} "
           f"{'predicted':>9} {'error':>6}")
     for r in table:

@@ -73,6 +73,9 @@ def band_rule(own: list[float], pools: list[tuple[str, list[float]]], errors: st
 # a graph step whose GPU time is under this many times the engine's host time per step is in the host's regime
 HOST_EXPOSED = 1.25  # the host time per step moved up to ~25% between server starts (step_host.py)
 HOST_REGIME = "host"  # validation.toml [[band]] regime of such steps (pooled over families: family "any")
+# a graph step with drafts: the class of speculative steps, every method's (benchmarks/gpu_vllm/spec_steps.py), whose
+# drafts' launches and proposer the host's speed moves far more than it moves a plain step
+SPEC_REGIME = "speculative"
 
 
 def regime_of(device_s: float, host_s: float, graphs: bool) -> str:
@@ -81,12 +84,15 @@ def regime_of(device_s: float, host_s: float, graphs: bool) -> str:
 
 
 def step_regime(step) -> str:
-    """A priced step's (predict/step.StepTime) regime, at its own graph mode. The drafts' launches outside CUDA
-    graphs are the host's: a step they set (a draft model's stack, an MTP head) moves with the host's speed."""
+    """A priced step's (predict/step.StepTime) regime, at its own graph mode: a graph step with drafts is a
+    speculative step (its class measured apart: the drafts' launches outside CUDA graphs and the proposer are the
+    host's, whose speed moved the same drafted step 1.6x between machine starts where the plain step held); else
+    the host's where the engine's host time per step sets or shares its pace."""
     main = step.main
     graphs = step.config.graphs
-    drafts = main.micro_batches * main.draft_launch_s if graphs else 0.0
-    return regime_of(main.device_period_s(graphs) - drafts, main.host_s + drafts, graphs)
+    if graphs and step.config.speculative_tokens:
+        return SPEC_REGIME
+    return regime_of(main.device_period_s(graphs), main.host_s, graphs)
 
 
 def model_family(inventory: Inventory) -> str:
@@ -128,7 +134,7 @@ class Band:
     widened: tuple[tuple[str, float], ...] = ()  # (why, by how much) added to the class's error
     reference: str = "docs/VALIDATION.md"  # where the class's points are: the table's, or a calibrated entry's file
     note: str = ""  # e.g. which class a calibrated entry never measured, where the band comes from elsewhere
-    regime: str = ""  # "host": the class of steps the engine's host time sets (HOST_EXPOSED)
+    regime: str = ""  # "host": the class of steps the engine's host time sets (HOST_EXPOSED); "speculative"
 
     @property
     def class_error(self) -> float:
@@ -144,6 +150,12 @@ class Band:
 
     def text(self) -> str:
         where = self.validated_on.upper() if self.exact else f"nearest: {self.validated_on.upper()}"
+        if self.says_nothing and self.regime == SPEC_REGIME:
+            on = self.validated_on.upper() + ("" if self.exact else " (the nearest validated GPU)")
+            return (f"{UNKNOWN_WITHIN_2X}: a speculative step ({self.points} such steps of every method measured on "
+                    f"{on}, none fitted: 90% of them within ±{100 * self.class_error:.0f}%"
+                    + "".join(f", +{100 * by:.0f}% {why}" for why, by in self.widened)
+                    + f"; the host's speed moves its drafts; {self.reference})")
         if self.says_nothing:
             why = ", ".join(why for why, _ in self.widened) or "its class's own spread"
             return (f"{UNKNOWN_WITHIN_2X}: run `roofline calibrate --engine vllm` on this machine (the {self.family} "
@@ -153,6 +165,9 @@ class Band:
         if self.regime == HOST_REGIME:
             text = (f"±{100 * self.error:.0f}% ({where}, vLLM {self.vllm_version}, {self.mode}, a step the engine's "
                     f"host time sets: {self.points} such points of every family")
+        elif self.regime == SPEC_REGIME:
+            text = (f"±{100 * self.error:.0f}% ({where}, vLLM {self.vllm_version}, {self.mode}, a speculative step: "
+                    f"{self.points} such steps of every method")
         else:
             text = (f"±{100 * self.error:.0f}% ({where}, vLLM {self.vllm_version}, {self.mode}{streams}, {self.points} "
                     f"{self.family} point{'s' if self.points != 1 else ''} in {', '.join(self.formats)}")
