@@ -16,23 +16,20 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from spec_steps import audited_step_ms  # noqa: E402
 RUNS = REPO / "benchmarks" / "results" / "vllm_h200_async"
 SERVED = {"q8": "tests/reference_configs/Qwen__Qwen3-8B", "q06b2l": "benchmarks/gpu_vllm/configs/Qwen3-0.6B-2layers"}
 SERVED_CONTEXT = 32 + 128  # the closed-loop runs' prompt and half their output: the mean context of a step
 
 
 def predicted_step_ms(config: str, batch: int, context: int, on: bool) -> float:
-    args = [sys.executable, "-m", "roofline.cli", "audit", config, "--hardware", "h200", "--batch", str(batch),
-            "--context", str(context), "--async-scheduling" if on else "--no-async-scheduling", "--json"]
-    out = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
-    if out.returncode:
-        raise SystemExit(f"{config}: {out.stderr.strip()}")
-    return json.loads(out.stdout)["step"]["step_ms"]
+    return audited_step_ms(config, "h200", batch, context, "--async-scheduling" if on else "--no-async-scheduling")
 
 
 def rows() -> list[dict]:

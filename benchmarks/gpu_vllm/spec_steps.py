@@ -28,9 +28,18 @@ RUNS = [REPO / "benchmarks" / "results" / name for name in ("vllm_h200_spec", "v
 CARDS = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
 
 
+def audited_step_ms(config: str, card: str, batch: int, context: int, *flags: str) -> float:
+    """The step `roofline audit CONFIG --json` prices (as a user runs it) at `batch` sequences of `context` tokens."""
+    args = [sys.executable, "-m", "roofline.cli", "audit", config, "--hardware", card, "--context", str(context),
+            "--batch", str(batch), "--json", *flags]
+    out = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
+    if out.returncode:
+        raise SystemExit(f"{config}: {out.stderr.strip()}")
+    return json.loads(out.stdout)["step"]["step_ms"]
+
+
 def predicted_step_ms(run: dict, batch: int, context: int) -> float:
-    args = [sys.executable, "-m", "roofline.cli", "audit", run["config"], "--hardware", CARDS[run["gpu"]],
-            "--context", str(context), "--batch", str(batch), "--json"]
+    args = []
     if run["mode"] == "eager":
         args.append("--enforce-eager")
     if run.get("async_scheduling") is not None:  # as vLLM ran it (recorded since the probe records it; before,
@@ -38,10 +47,7 @@ def predicted_step_ms(run: dict, batch: int, context: int) -> float:
         args.append("--async-scheduling" if run["async_scheduling"] else "--no-async-scheduling")
     if run.get("speculative_config"):
         args += ["--speculative-config", json.dumps(run["speculative_config"]), "--acceptance-rate", "0"]
-    out = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
-    if out.returncode:
-        raise SystemExit(f"{run['config']}: {out.stderr.strip()}")
-    return json.loads(out.stdout)["step"]["step_ms"]
+    return audited_step_ms(run["config"], CARDS[run["gpu"]], batch, context, *args)
 
 
 def rows() -> list[dict]:
