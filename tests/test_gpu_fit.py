@@ -280,7 +280,7 @@ def test_capacity_gives_vllms_kv_tokens_on_the_h200():
     # capacity gives +0.46% (graphs) and +0.55% (eager) KV tokens: within the 1% above vLLM's that the KV target allows, not this test's 0.5%
     within = {"gemma4": 0.006}
     for name, theirs, ours, startup, terms in kv_rows:
-        if name.startswith("dsv3"):
+        if name.startswith(("dsv3", "ds-r0-")):  # the DeepSeek-V3 MLA cut with graphs (docstring), under both names
             continue
         assert ours is not None, (name, terms)
         rel = next((v for prefix, v in within.items() if name.startswith(prefix)), 0.005)

@@ -134,7 +134,7 @@ class Band:
     widened: tuple[tuple[str, float], ...] = ()  # (why, by how much) added to the class's error
     reference: str = "docs/VALIDATION.md"  # where the class's points are: the table's, or a calibrated entry's file
     note: str = ""  # e.g. which class a calibrated entry never measured, where the band comes from elsewhere
-    regime: str = ""  # "host": the class of steps the engine's host time sets (HOST_EXPOSED); "speculative"
+    regime: str = ""  # "host": steps the engine's host time sets (HOST_EXPOSED); "speculative": steps with drafts
 
     @property
     def class_error(self) -> float:
