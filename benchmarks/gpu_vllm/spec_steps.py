@@ -59,7 +59,8 @@ def rows() -> list[dict]:
             for row in run["decode"]:
                 measured = row.get("verify_step_ms", row["step_ms"])
                 predicted = predicted_step_ms(run, row["batch"], row.get("context", 1024))
-                out.append({"run": f"{folder.name}/{path.stem}", "card": CARDS[run["gpu"]], "mode": run["mode"],
+                out.append({"run": f"{folder.name}/{path.stem}", "config": run["config"], "card": CARDS[run["gpu"]],
+                            "mode": run["mode"],
                             "method": spec.get("method", "-"), "drafts": spec.get("num_speculative_tokens", 0),
                             "batch": row["batch"], "measured_ms": measured, "predicted_ms": predicted,
                             "error": predicted / measured - 1})

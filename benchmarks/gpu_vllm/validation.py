@@ -317,19 +317,18 @@ def build() -> tuple[str, str]:
 
 
 SPEC_STEPS = HERE / "spec_steps.json"  # benchmarks/gpu_vllm/spec_steps.py --table
-# the model family each speculative run's target is of (lineage.toml's), by the run's name
-SPEC_LINEAGE = {"ds": "deepseek", "l8": "llama", "q8": "qwen", "q3n": "qwen", "vllm_h100_mtp": "qwen"}
 
 
 def speculative_section() -> tuple[list[str], list[str]]:
     """The class of speculative steps (CUDA graphs, drafts): every such step measured on real vLLM beside its price
     (benchmarks/gpu_vllm/spec_steps.py: nothing of them fitted), its band by the band rule, and what it held."""
-    from roofline.predict.bands import SPEC_REGIME, band_rule
+    from roofline.audit import load_inventory
+    from roofline.predict.bands import SPEC_REGIME, band_rule, lineage
 
     rows = [r for r in json.loads(SPEC_STEPS.read_text())["rows"] if r["mode"] == "graphs" and r["drafts"]]
     errors = [r["error"] for r in rows]
-    lineages = {next(v for k, v in SPEC_LINEAGE.items() if r["run"].split("/")[-1].startswith(k)
-                     or r["run"].startswith(k)) for r in rows}
+    # the model families of the runs' targets (lineage.toml), as the decode classes count theirs
+    lineages = {lineage(load_inventory(str(REPO / config))) for config in {r["config"] for r in rows}}
     band, why = band_rule(errors, [], errors="steps priced out of sample", families=[len(lineages)])
     band = _ceil(band)
     cards = sorted({r["card"] for r in rows})

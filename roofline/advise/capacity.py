@@ -261,12 +261,16 @@ def _runner(inventory: Inventory, request: Request) -> str:
     return model_runner(inventory, request.draft_method if request.speculative_tokens else None)
 
 
+def _boxes(parallel: dict) -> int:
+    """The boxes the curve's placement spans (one without a placement)."""
+    placement = parallel.get("placement")
+    return placement.boxes if placement else 1
+
+
 def _async(hardware: Hardware, request: Request, parallel: dict):
     """Async scheduling as vLLM resolves it for the request's line over its placement's boxes."""
-    placement = parallel.get("placement")
     return async_scheduling(hardware, request.async_scheduling,
-                            request.draft_method if request.speculative_tokens else None,
-                            placement.boxes if placement else 1)
+                            request.draft_method if request.speculative_tokens else None, _boxes(parallel))
 
 
 def experts_kernel(inventory: Inventory, hardware: Hardware, request: Request) -> tuple[str, str | None]:
@@ -594,9 +598,7 @@ def load_server(inventory: Inventory, hardware: Hardware, request: Request, kv: 
         one_replica.pop("placement", None)
     config = StepConfig(context=context, kv_cache_dtype=request.kv_cache_dtype, routing=request.routing,
                         capture_tokens=None if request.enforce_eager else request.capture_tokens, **one_replica)
-    placement = parallel.get("placement")
-    return server_for(inventory, hardware, config,
-                      scheduler_settings(request, hardware, boxes=placement.boxes if placement else 1),
+    return server_for(inventory, hardware, config, scheduler_settings(request, hardware, boxes=_boxes(parallel)),
                       num_blocks=kv.num_blocks, blocks_for=kv.blocks_for, max_model_len=request.max_model_len)
 
 
