@@ -160,6 +160,10 @@ PROFILED = {  # profiled run (under benchmarks/results) -> its config (under the
     "vllm_h200_qwen36_graphs/q36-nvfp4-graphs-prof": REFERENCE + "nvidia__Qwen3.6-35B-A3B-NVFP4",
     # Gemma 3's sandwich norms (the post-norms without the residual) and q/k norms, op by op eager
     "vllm_h200_gemma3/g3-12b-eager-prof-1201": CUT + "gemma-3-12b-text",
+    # Granite 4.0-H's Mamba2 layers (three kernels of their own), its attention without rotary and its scaled residuals
+    "vllm_h200_granite/g4h-tiny-graphs-1202v": CUT + "Granite-4.0-H-Tiny",
+    "vllm_h200_granite/g4h-tiny-eager-1202v": CUT + "Granite-4.0-H-Tiny",
+    "vllm_h200_granite/g4h-1b-graphs-1202v": CUT + "Granite-4.0-H-1B",
 }
 
 

@@ -36,7 +36,8 @@ def rows(paths: list[Path], hardware) -> list[dict]:
         for decode in result["decode"]:
             step = price_step(inventory, hardware, replace(StepConfig(), batch=decode["batch"],
                                                            context=decode["context"], graphs=result["mode"] == "graphs",
-                                                           routing=dummy_routing(inventory)))
+                                                           routing=dummy_routing(inventory, decode["batch"],
+                                                                                 hardware)))
             band = band_for(inventory, hardware, result["mode"] == "graphs", decode["batch"])
             error = step.step_ms / decode["step_ms"] - 1
             out.append({"case": path.stem, "architecture": inventory.shape.model_type, "family": model_family(inventory),

@@ -54,8 +54,7 @@ def runs_of(calibration: dict, hardware: Hardware, extra: list[Path]) -> list[En
         inventory = load_inventory(str(REPO / result["config"]) if not Path(result["config"]).is_absolute()
                                    else result["config"])
         runs.append(EngineRun(model, result["mode"], result,
-                              engine_fit.rows_for(result, inventory, hardware, model,
-                                                  engine_fit.dummy_routing(inventory))))
+                              engine_fit.rows_for(result, inventory, hardware, model, None)))
     return runs
 
 

@@ -70,7 +70,8 @@ def compared(folder: Path = RESULTS) -> tuple[list, list]:
         backend = ran_backend(result, inventory, hardware)  # a run's --moe-backend, else vLLM's default (None)
         for row in result["decode"]:
             step = price_step(inventory, hardware, StepConfig(batch=row["batch"], context=row["context"],
-                                                              graphs=graphs, routing=routing, backend=backend))
+                                                              graphs=graphs, routing=routing(row["batch"], hardware),
+                                                              backend=backend))
             decode_rows.append((path.stem, row["batch"], row["context"], row["step_ms"], step.step_ms,
                                 step.breakdown().bound))
         startup = result.get("startup") or {}

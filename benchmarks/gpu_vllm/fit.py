@@ -26,7 +26,9 @@ Dummy weights and MoE routing: vLLM's dummy loader fills every parameter with sm
 softmax router (Qwen3-MoE, Mixtral) then picks experts by tiny, token-dependent logit differences,
 spread as real routing is (priced "uniform"); a router that adds a learned score-correction bias before
 its top-k (Nemotron-H's sigmoid router, DeepSeek-V3's) picks by the bias alone, the same experts for
-every token (priced "shared", engine_fit.DUMMY_ROUTING). gpt-oss's biased softmax router with MXFP4 Marlin experts
+every token (priced "shared", engine_fit.DUMMY_ROUTING) -- except where vLLM computes the logits in float32
+(DeepSeek-V3's router up to 16 tokens on Hopper, engine_fit.DUMMY_FLOAT32_ROUTER_TOKENS), which keeps the tokens'
+differences: priced "uniform" there. gpt-oss's biased softmax router with MXFP4 Marlin experts
 fits neither and is left out of the fit (shown in VALIDATION.md).
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -145,7 +148,13 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # decode fit's step: benchmarks/gpu_vllm/async_scheduling.py); a twenty-sixth: the third speculative start's
          # host check and DeepSeek-V3's plain MLA step
          "q8-r0-on-1202": "vllm_h200_async/q8-r0-on-1202.json",
-         **{case: f"vllm_h200_spec_async/{case}.json" for case in ("q8b-eager-1202u", "ds-r0-1202u")}}
+         **{case: f"vllm_h200_spec_async/{case}.json" for case in ("q8b-eager-1202u", "ds-r0-1202u")},
+         # a twenty-seventh: a third hybrid family, IBM's Granite 4.0-H (Mamba2 layers and four of attention; Tiny's 64
+         # routed experts and shared MLP, 1B's shared MLP alone), graphs and eager, with its host check; and DeepSeek-V3's
+         # MLA cut profiled at 1, 8 and 32 tokens (its router's float32 logits up to 16: engine_fit.dummy_routing)
+         **{case: f"vllm_h200_granite/{case}.json"
+            for case in ("q8b-eager-1202v", "g4h-tiny-graphs-1202v", "g4h-tiny-eager-1202v", "g4h-1b-graphs-1202v",
+                         "g4h-1b-eager-1202v", "ds-r0-prof-1202v")}}
 # later cases the fit uses: a second machine start's eager steps, the only one beside the fit's own to run a Mamba
 # hybrid with the host checked (Qwen3-8B eager on the same start): one start's host set the host's cost per launch,
 # and the Mamba layer's Python was fitted on one start's steps alone
@@ -182,8 +191,8 @@ from roofline.predict.step import StepConfig  # noqa: E402
 
 def results(folder: Path = RESULTS):
     """(path, result, inventory, routing) of every probe result: the inventory as vLLM built the model
-    (online `quantization="fp8"` priced as the fp8 format simulated from the BF16 config), the MoE
-    routing its dummy weights give."""
+    (online `quantization="fp8"` priced as the fp8 format simulated from the BF16 config), and the MoE
+    routing its dummy weights give a step of so many tokens on a GPU (routing(tokens, hardware))."""
     from roofline.advise.simulate import get_recipe, simulate
     from roofline.audit import load_inventory
 
@@ -195,7 +204,7 @@ def results(folder: Path = RESULTS):
         inventory = load_inventory(str(REPO / result["config"]))
         if result.get("quantization") == "fp8":
             inventory = simulate(inventory, "fp8", get_recipe("default"))
-        yield path, result, inventory, dummy_routing(inventory)
+        yield path, result, inventory, partial(dummy_routing, inventory)
 
 
 def load_rows() -> list[Row]:
@@ -203,8 +212,8 @@ def load_rows() -> list[Row]:
     from roofline.predict.hardware import get_hardware
 
     hardware = get_hardware(HARDWARE)
-    return [row for path, result, inventory, routing in results()
-            for row in rows_for(result, inventory, hardware, case_of(path), routing,
+    return [row for path, result, inventory, _ in results()
+            for row in rows_for(result, inventory, hardware, case_of(path), None,
                                 ran_config(result, inventory, hardware))
             if (row.case, row.batch, row.context) not in NOT_A_STEP]
 
@@ -336,6 +345,7 @@ def main() -> int:
         "cases": sorted({r.case for r in in_fit}),
         "left_out": LEFT_OUT,
         "routing": ROUTING,
+        "routing_float32_router_tokens": engine_fit.DUMMY_FLOAT32_ROUTER_TOKENS,
         "coefficients": {"efficiency": model.efficiency, "graph_floor_us_per_kernel": model.floor_us,
                          "compute_utilization": model.utilization,
                          "host_us_per_kernel": model.host_us, "moe_layer_host_equiv": model.moe_equiv,

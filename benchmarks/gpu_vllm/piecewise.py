@@ -89,8 +89,9 @@ def steps() -> list[Step]:
             inventory = load_inventory(str(fit.REPO / result["config"]), config_only=True)
             base = fit.ran_config(result, inventory, hardware)
             for row in result["decode"]:
+                routing = fit.dummy_routing(inventory, row["batch"], hardware)
                 step = price_step(inventory, hardware, replace(
-                    base, batch=row["batch"], context=row["context"], routing=fit.dummy_routing(inventory)))
+                    base, batch=row["batch"], context=row["context"], routing=routing))
                 splits = step.main.piecewise_splits
                 if not splits:
                     continue

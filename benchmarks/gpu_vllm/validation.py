@@ -162,7 +162,9 @@ def build() -> tuple[str, str]:
         f"a MoE layer's Python {model.moe_equiv:g} and a Mamba layer's {model.mamba_equiv:g} launches' worth. Predicted:",
         "`price_step` with the shipped tables (the same numbers). Left out of the fit: "
         + "; ".join(f"{a} ({why})" for a, why in fit.LEFT_OUT.items()) + ". MoE routing under dummy weights: "
-        + ", ".join(f"{a} {r}" for a, r in fit.ROUTING.items()) + ", the rest uniform (fit.py says why).",
+        + ", ".join(f"{a} {r}" for a, r in fit.ROUTING.items()) + ", the rest uniform; deepseek_v3 uniform up to "
+        + f"{fit.engine_fit.DUMMY_FLOAT32_ROUTER_TOKENS['deepseek_v3']['9']} tokens on Hopper, where vLLM computes its "
+        "router's logits in float32 (fit.py says why).",
         "",
         "## Classes and bands",
         "",

@@ -133,7 +133,9 @@ def rope_cache_bytes(inventory: Inventory) -> float:
     rule = load_table("serving")["rope_cache"]
     shape = inventory.shape
     cfg = text_config(inventory.config)
-    if shape.model_type in rule["no_rope_model_types"] or not shape.attention:
+    only_when = rule["rope_only_when"].get(shape.model_type)
+    if shape.model_type in rule["no_rope_model_types"] or not shape.attention or (
+            only_when and cfg.get(only_when["key"]) != only_when["value"]):
         return 0.0
     positions = config_int(cfg, "max_position_embeddings", "n_positions")
     element = 4 if shape.model_type in rule["float32_model_types"] else dtype_bytes(shape.dtype)

@@ -319,8 +319,7 @@ def calibrate_engine(hardware, device: str, models: tuple[str, ...] = (), batche
                     f"(engine start ~1-2 min)")
                 started = time.monotonic()
                 result = run_probe(folder, mode, batches, context, max_model_len, outputs)
-                run = EngineRun(model, mode, result, engine_fit.rows_for(result, inventory, hardware, model,
-                                                                         engine_fit.dummy_routing(inventory)))
+                run = EngineRun(model, mode, result, engine_fit.rows_for(result, inventory, hardware, model, None))
                 runs.append(run)
                 say("  " + ", ".join(f"batch {r.batch}: {r.measured_ms:.2f} ms" for r in run.rows)
                     + f"  ({time.monotonic() - started:.0f} s)")

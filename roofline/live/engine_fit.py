@@ -26,10 +26,23 @@ from roofline.predict.step import StepConfig, host_floor, price_step
 # its top-k (Nemotron-H's sigmoid router, DeepSeek-V3's) picks by the bias alone, the same experts for every
 # token ("shared"). Checked on the H200 against uniform and shared pricing (benchmarks/RESULTS-gpu.md).
 DUMMY_ROUTING = {"nemotron_h": "shared", "deepseek_v3": "shared"}
+# ... except where vLLM computes the router's logits in float32: its GateLinear runs DeepSeek-V3's router shape (7,168
+# x 256) through dsv3_router_gemm with float32 logits for up to 16 tokens on Hopper (8 on later GPUs; vLLM 0.26.0
+# fused_moe/router/gate_linear.py _dsv3_max_batch), above that F.linear's bf16 logits. In float32 the tokens' tiny
+# logit differences survive the bias and spread them as real routing; in bf16 they round to ties and every token
+# takes the same experts. Measured: the fused MoE kernel of DeepSeek-V3's 4-layer cut read 0.19 ms a step at one
+# token, 1.31 at 8 (~64 experts' weights) and 0.35 at 32 (bf16 logits), the router's top-k compiled for float
+# logits at 1 and 8 and for bf16 at 32 (benchmarks/results/vllm_h200_granite/ds-prof-1202v.json, torch profiler).
+DUMMY_FLOAT32_ROUTER_TOKENS = {"deepseek_v3": {"9": 16, "10": 8, "12": 8}}
 
 
-def dummy_routing(inventory: Inventory) -> str:
-    return DUMMY_ROUTING.get(inventory.shape.model_type or "", "uniform")
+def dummy_routing(inventory: Inventory, tokens: int, hardware: Hardware) -> str:
+    """How vLLM's dummy weights route a decode step of `tokens` tokens on `hardware` (DUMMY_ROUTING)."""
+    model_type = inventory.shape.model_type or ""
+    major = (hardware.compute_capability or "").split(".")[0]
+    if tokens <= DUMMY_FLOAT32_ROUTER_TOKENS.get(model_type, {}).get(major, 0):
+        return "uniform"
+    return DUMMY_ROUTING.get(model_type, "uniform")
 
 
 @dataclass
@@ -101,16 +114,18 @@ class Row:
         return max(device * eager_overlap_factor(host, device), host)  # predict/step.stage_seconds
 
 
-def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, routing: str = "uniform",
+def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, routing: str | None = "uniform",
              base: StepConfig = StepConfig()) -> list[Row]:
     """The decode rows of one probe result, with the step model's terms for each; `base` holds what
-    the run set besides batch and context (KV dtype, backend)."""
+    the run set besides batch and context (KV dtype, backend). routing None: as vLLM's dummy weights route
+    each row's batch (dummy_routing)."""
     architecture = inventory.shape.model_type or "?"
     recurrent = [r.kind for r in inventory.shape.recurrent]
     rows = []
     for decode in result["decode"]:
+        row_routing = routing or dummy_routing(inventory, decode["batch"], hardware)
         step = price_step(inventory, hardware, replace(base, batch=decode["batch"], context=decode["context"],
-                                                       routing=routing))
+                                                       routing=row_routing))
         segments = step.main.segments
         python_layers = {"moe_experts", "mamba_core"}  # fitted as moe_layers / mamba_layers
 
@@ -123,7 +138,7 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
             case=case, architecture=architecture, config=result["config"],
             quantization=result.get("quantization"), mode=result["mode"], batch=decode["batch"],
             context=decode["context"], measured_ms=decode["step_ms"], vllm_version=result["vllm_version"],
-            gpu=result["gpu"], routing=routing, backend=step.backend.name,
+            gpu=result["gpu"], routing=row_routing, backend=step.backend.name,
             memory_at_full_s=[s.memory_at_datasheet_s for s in segments],
             backend_weights_at_full_s=[s.backend_weights_at_datasheet_s for s in segments],
             compute_s=[s.compute_at_peak_s for s in segments], full_gbps=step.datasheet_gbps,

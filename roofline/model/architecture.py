@@ -194,6 +194,10 @@ def shape_from_config(config: dict) -> ModelShape:
                 AttentionLayer(layer, layer_kv, layer_dim, layer_dim,
                                window if kind == "sliding_attention" else None)
             )
+        elif kind == "linear_attention" and _is_mamba2(cfg) and not _is_gdn(cfg):
+            # transformers 5 names every recurrent mixer "linear_attention" (configuration_utils.py
+            # _LEGACY_LAYER_TYPE_REMAP: Granite 4.0-H's "mamba" is remapped to it): a Mamba2 config sizes its SSM
+            shape.recurrent.append(_mamba_layer(cfg, layer, hidden))
         elif kind == "linear_attention":
             key_heads = config_int(cfg, "linear_num_key_heads")
             value_heads = config_int(cfg, "linear_num_value_heads", default=key_heads)
@@ -204,13 +208,31 @@ def shape_from_config(config: dict) -> ModelShape:
             shape.recurrent.append(RecurrentLayer(
                 layer, "gdn", value_heads * key_dim * value_dim, conv_dim * (conv_kernel - 1)))
         elif kind == "mamba":
-            mamba_heads = config_int(cfg, "mamba_num_heads")
-            mamba_head_dim = config_int(cfg, "mamba_head_dim")
-            state = config_int(cfg, "ssm_state_size", "state_size")
-            groups = config_int(cfg, "n_groups", default=1)
-            conv_kernel = config_int(cfg, "conv_kernel", default=4)
-            inner = mamba_heads * mamba_head_dim or config_int(cfg, "expand", default=2) * hidden
-            conv_dim = inner + 2 * groups * state
-            shape.recurrent.append(RecurrentLayer(
-                layer, "mamba", (mamba_heads or 1) * (mamba_head_dim or inner) * state, conv_dim * (conv_kernel - 1)))
+            shape.recurrent.append(_mamba_layer(cfg, layer, hidden))
     return shape
+
+
+def _is_gdn(cfg: dict) -> bool:
+    """A gated-delta-net config (Qwen3-Next, Qwen3.5): its linear-attention heads are named."""
+    return bool(cfg.get("linear_num_value_heads") or cfg.get("linear_key_head_dim"))
+
+
+def _is_mamba2(cfg: dict) -> bool:
+    """A config that sizes a Mamba2 mixer (NemotronH's or Granite 4.0-H's spelling)."""
+    return any(config_int(cfg, key) for key in ("mamba_num_heads", "mamba_n_heads", "ssm_state_size", "mamba_d_state"))
+
+
+def _mamba_layer(cfg: dict, layer: int, hidden: int) -> RecurrentLayer:
+    """A Mamba2 layer's state (heads x head dim x state size) and conv window ((kernel - 1) x (inner + 2 x groups x
+    state)), as vLLM's MambaStateShapeCalculator.mamba2_state_shape sizes them. NemotronH spells the sizes
+    mamba_num_heads / mamba_head_dim / ssm_state_size / n_groups / conv_kernel; Granite 4.0-H (and Bamba, Falcon-H1)
+    mamba_n_heads / mamba_d_head / mamba_d_state / mamba_n_groups / mamba_d_conv (vLLM granitemoehybrid.py)."""
+    heads = config_int(cfg, "mamba_num_heads", "mamba_n_heads")
+    head_dim = config_int(cfg, "mamba_head_dim", "mamba_d_head")
+    state = config_int(cfg, "ssm_state_size", "mamba_d_state", "state_size")
+    groups = config_int(cfg, "n_groups", "mamba_n_groups", default=1)
+    conv_kernel = config_int(cfg, "conv_kernel", "mamba_d_conv", default=4)
+    inner = (heads * head_dim or config_int(cfg, "mamba_d_ssm")
+             or config_int(cfg, "expand", "mamba_expand", default=2) * hidden)
+    conv_dim = inner + 2 * groups * state
+    return RecurrentLayer(layer, "mamba", (heads or 1) * (head_dim or inner) * state, conv_dim * (conv_kernel - 1))

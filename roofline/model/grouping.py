@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from .inventory import Tensor
-from .roles import LAYER_CONTAINERS
+from .roles import LAYER_CONTAINERS, role_of
 
 
 def module_and_expert(tensor_name: str) -> tuple[str, int | None]:
@@ -40,8 +40,9 @@ def group_tensors(tensors: list[Tensor]) -> dict[str, tuple[list[Tensor], int]]:
     out = {}
     for module, members in modules.items():
         count = len(experts.get(module, ()))
-        if not count and module.endswith(".experts"):
-            # fused 3-D expert tensors (transformers 5 / gpt-oss): experts are the leading dim
+        if not count and (module.endswith(".experts") or role_of(module) == "moe_experts"):
+            # fused 3-D expert tensors (transformers 5 / gpt-oss; Granite's block_sparse_moe.input_linear):
+            # experts are the leading dim
             count = max((t.shape[0] for t in members if len(t.shape) >= 3), default=0)
         out[module] = (members, count)
     return out

@@ -228,7 +228,8 @@ def _estimate(inventory: Inventory, backend: str | None, moe_backend: str | None
             counts.append(_count(layer, "gdn_core", "triton", _of_model_type(core["gdn"], shape.model_type),
                                  python=gdn_python))
         elif recurrent_kind.get(layer) == "mamba":
-            counts.append(_count(layer, "mamba_core", "triton", core["mamba"], python=python["mamba"]))
+            counts.append(_count(layer, "mamba_core", "triton", _of_model_type(core["mamba"], shape.model_type),
+                                 python=python["mamba"]))
         for role in GEMM_ROLES:
             if role not in roles:
                 continue

@@ -44,10 +44,26 @@ def cache_dir() -> Path:
     return cache_root() / "skeletons"
 
 
+# transformers 5 writes the floats JSON has no word for as {"__float__": "Infinity"} (PreTrainedConfig.
+# _encode_special_floats: Granite 4.0-H's time_step_limit [0.0, inf]); from_pretrained decodes them, for_model does not
+SPECIAL_FLOATS = {"Infinity": float("inf"), "-Infinity": float("-inf"), "NaN": float("nan")}
+
+
+def _decoded_floats(value):
+    if isinstance(value, dict):
+        if set(value) == {"__float__"} and value["__float__"] in SPECIAL_FLOATS:
+            return SPECIAL_FLOATS[value["__float__"]]
+        return {k: _decoded_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decoded_floats(v) for v in value]
+    return value
+
+
 def buildable_config(config: dict) -> dict:
     """The config without quantization_config (roofline applies it itself; transformers would try
-    to load a quantizer, and some, like MXFP4, need a GPU) and without auto_map."""
-    return {k: v for k, v in without_quantization(config).items() if k != "auto_map"}
+    to load a quantizer, and some, like MXFP4, need a GPU) and without auto_map, its special floats
+    decoded as transformers' from_pretrained decodes them."""
+    return {k: _decoded_floats(v) for k, v in without_quantization(config).items() if k != "auto_map"}
 
 
 def _transformers_version() -> str:
