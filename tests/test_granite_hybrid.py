@@ -124,3 +124,24 @@ def test_a_published_granite_prices_its_active_bytes():
     weights = result.traffic.weight_bytes_per_token
     assert 2.5e9 < weights < 3.2e9
     assert sum(m.bytes for m in result.traffic.modules) > 13e9
+
+
+def test_weights_no_role_names_are_said_not_silently_read_whole(tmp_path):
+    """A module kind roles.toml does not know is priced as read whole each token; past 1% of the weights the audit
+    says so (Granite's experts went unnamed before, 97% of its bytes). Every reference config is named whole."""
+    from safetensors.torch import save_file
+    torch = pytest.importorskip("torch")
+
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+              "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 128,
+              "vocab_size": 256, "torch_dtype": "bfloat16"}
+    tensors = {"model.embed_tokens.weight": torch.zeros(256, 64), "lm_head.weight": torch.zeros(256, 64),
+               "model.layers.0.self_attn.q_proj.weight": torch.zeros(64, 64),
+               "model.layers.0.strange_block.proj.weight": torch.zeros(512, 64)}
+    save_file({k: v.to(torch.bfloat16) for k, v in tensors.items()}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    notes = audit(tmp_path, context=64).traffic.notes
+    assert len(notes) == 1 and "strange_block.proj" in notes[0] and "match no role" in notes[0]
+    for folder in sorted((REPO / "tests" / "reference_configs").iterdir()):
+        if folder.is_dir():
+            assert not audit(folder, context=64).traffic.notes, folder.name

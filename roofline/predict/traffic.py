@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from roofline.errors import RooflineError
 from roofline.model.formats import DTYPE_BITS, TORCH_DTYPES
 from roofline.model.inventory import Inventory, Module
+from roofline.model.grouping import short_label
 from roofline.model.roles import role_properties
 
 from .memo import IdentityMemo
@@ -193,6 +194,25 @@ def compute_traffic(inventory: Inventory, scenario: Scenario) -> Traffic:
     return _MEMO.get(inventory, scenario, lambda: _compute_traffic(inventory, scenario))
 
 
+# weights no rule of roofline/data/roles.toml names are priced as read whole each step and launch no kernel of their
+# own: past this share of the checkpoint that guess sets the figures, and the output says so (a Mamba2 mixer's own
+# A_log, D and dt_bias, a few kB a layer, stay quiet)
+UNNAMED_SHARE = 0.01
+
+
+def _unnamed_notes(inventory: Inventory) -> list[str]:
+    unnamed = [m for m in inventory.modules if m.role == "other"]
+    total = sum(m.nbytes for m in inventory.modules)
+    held = sum(m.nbytes for m in unnamed)
+    if not total or held <= UNNAMED_SHARE * total:
+        return []
+    kinds = sorted({short_label(m.name) for m in unnamed}, key=lambda k: -sum(
+        m.nbytes for m in unnamed if short_label(m.name) == k))
+    return [f"{len(unnamed)} modules ({held / 1e9:.2f} GB, {held / total:.0%} of the weights; "
+            f"{', '.join(kinds[:3])}) match no role of roofline/data/roles.toml: priced as read whole every token, "
+            "launching no kernel of their own"]
+
+
 def _compute_traffic(inventory: Inventory, scenario: Scenario) -> Traffic:
     tokens_per_seq_step = scenario.tokens_per_step()
     # the target model verifies 1 + n tokens per sequence in one step
@@ -210,7 +230,7 @@ def _compute_traffic(inventory: Inventory, scenario: Scenario) -> Traffic:
     shape = inventory.shape
     kv_per_seq = sum(kv_bytes_by_layer(inventory, scenario).values())
     state_per_seq = sum(state_bytes_by_layer(inventory).values())
-    notes = []
+    notes = _unnamed_notes(inventory)
     from .drafting import mechanism_of
     if scenario.speculative_tokens and mechanism_of(scenario.draft_method) == "mtp" \
             and not any(m.role == "mtp" for m in inventory.modules):
