@@ -13,7 +13,8 @@ dummy weights, 1,024-token prompts, `benchmarks/gpu_vllm/probe.py` (the probe `r
 vllm` runs). With dummy weights no model draft is accepted, so a step is one verify of 1 + n tokens per
 sequence and its n drafts; ngram's drafts are accepted (the dummy model repeats itself) and its verify step
 is vLLM's spec-decode counters' drafts over the run. Predicted: `roofline audit CONFIG --hardware <the run's
-card> --batch B --context 1024 --speculative-config <the run's> --acceptance-rate 0`. Nothing of the step
+card> --batch B --context 1024 --speculative-config <the run's> --acceptance-rate 0 --routing <as the dummy weights
+route the verify step's tokens: engine_fit.dummy_routing>`. Nothing of the step
 model was fitted to these runs except the drafts' kernel and launch counts (data/kernels.toml [draft.*],
 counts of vLLM's code) and ngram's host time."""
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
 RUNS = [REPO / "benchmarks" / "results" / name for name in ("vllm_h200_spec", "vllm_h100_mtp", "vllm_h200_spec_async")]
 CARDS = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
 
@@ -47,7 +49,15 @@ def predicted_step_ms(run: dict, batch: int, context: int) -> float:
         args.append("--async-scheduling" if run["async_scheduling"] else "--no-async-scheduling")
     if run.get("speculative_config"):
         args += ["--speculative-config", json.dumps(run["speculative_config"]), "--acceptance-rate", "0"]
-    return audited_step_ms(run["config"], CARDS[run["gpu"]], batch, context, *args)
+    # the verify step's 1 + n tokens a sequence, routed as vLLM's dummy weights route that many (the fit's rule)
+    from roofline.audit import load_inventory
+    from roofline.live.engine_fit import dummy_routing
+    from roofline.predict.hardware import get_hardware
+
+    tokens = batch * (1 + (run.get("speculative_config") or {}).get("num_speculative_tokens", 0))
+    routing = dummy_routing(load_inventory(str(REPO / run["config"]), config_only=True), tokens,
+                            get_hardware(CARDS[run["gpu"]]))
+    return audited_step_ms(run["config"], CARDS[run["gpu"]], batch, context, *args, "--routing", routing)
 
 
 def rows() -> list[dict]:

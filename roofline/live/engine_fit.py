@@ -32,7 +32,7 @@ DUMMY_ROUTING = {"nemotron_h": "shared", "deepseek_v3": "shared"}
 # logit differences survive the bias and spread them as real routing; in bf16 they round to ties and every token
 # takes the same experts. Measured: the fused MoE kernel of DeepSeek-V3's 4-layer cut read 0.19 ms a step at one
 # token, 1.31 at 8 (~64 experts' weights) and 0.35 at 32 (bf16 logits), the router's top-k compiled for float
-# logits at 1 and 8 and for bf16 at 32 (benchmarks/results/vllm_h200_granite/ds-prof-1202v.json, torch profiler).
+# logits at 1 and 8 and for bf16 at 32 (benchmarks/results/vllm_h200_granite/ds-r0-prof-1202v.json, torch profiler).
 DUMMY_FLOAT32_ROUTER_TOKENS = {"deepseek_v3": {"9": 16, "10": 8, "12": 8}}
 
 
