@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -189,19 +189,27 @@ from roofline.live.engine_fit import DUMMY_ROUTING as ROUTING, Fit, Row, dummy_r
 from roofline.predict.step import StepConfig  # noqa: E402
 
 
+@lru_cache(maxsize=None)
+def inventory_of(config: str):
+    """A run's config folder (relative to the repository) as load_inventory reads it, read once a process: the
+    checks read each of a few dozen configs for hundreds of runs (the inventory is shared, read-only)."""
+    from roofline.audit import load_inventory
+
+    return load_inventory(str(REPO / config))
+
+
 def results(folder: Path = RESULTS):
     """(path, result, inventory, routing) of every probe result: the inventory as vLLM built the model
     (online `quantization="fp8"` priced as the fp8 format simulated from the BF16 config), and the MoE
     routing its dummy weights give a step of so many tokens on a GPU (routing(tokens, hardware))."""
     from roofline.advise.simulate import get_recipe, simulate
-    from roofline.audit import load_inventory
 
     paths = [path for path in sorted(folder.glob("*.json")) if path != FIT_FILE]
     if folder == RESULTS:
         paths += [RESULTS.parent / name for name in LATER.values()]
     for path in paths:
         result = json.loads(path.read_text())
-        inventory = load_inventory(str(REPO / result["config"]))
+        inventory = inventory_of(result["config"])
         if result.get("quantization") == "fp8":
             inventory = simulate(inventory, "fp8", get_recipe("default"))
         yield path, result, inventory, partial(dummy_routing, inventory)

@@ -60,10 +60,9 @@ def coverage(values: list[float], band: float) -> str:
 
 
 def family_of(config: str) -> str:
-    from roofline.audit import load_inventory
     from roofline.predict.bands import model_family
 
-    return model_family(load_inventory(str(REPO / config)))
+    return model_family(fit.inventory_of(config))
 
 
 def leave_group_out(in_fit: list, group) -> dict[int, float]:
@@ -80,10 +79,9 @@ def leave_group_out(in_fit: list, group) -> dict[int, float]:
 
 
 def layouts_of(config: str) -> list[str]:
-    from roofline.audit import load_inventory
     from roofline.predict.bands import layouts
 
-    return sorted(layouts(load_inventory(str(REPO / config))))
+    return sorted(layouts(fit.inventory_of(config)))
 
 
 def made_of_lines(layouts, widths, kernels) -> list[str]:
@@ -108,11 +106,9 @@ def kv_note(row) -> str:
 
 
 def format_of(config: str, quantization: str | None) -> str:
-    from roofline.audit import load_inventory
-
     if quantization == "fp8":
         return "fp8 (online W8A8)"
-    return load_inventory(str(REPO / config)).main_format()
+    return fit.inventory_of(config).main_format()
 
 
 def build() -> tuple[str, str]:
@@ -126,11 +122,10 @@ def build() -> tuple[str, str]:
     held = [r for r in rows if r.case in fit.HELD_OUT and r.architecture not in fit.LEFT_OUT
             and r.case not in fit.SET_A_TERM]
     held_out = leave_group_out(in_fit, lambda r: r.architecture)  # id(row) -> error, its architecture left out
-    from roofline.audit import load_inventory
     from roofline.predict.backends import kernel_named
     from roofline.predict.bands import lineage, model_family
 
-    inventories = {config: load_inventory(str(REPO / config)) for config in {r.config for r in rows}}  # read once
+    inventories = {config: fit.inventory_of(config) for config in {r.config for r in rows}}
     families = {config: model_family(inventory) for config, inventory in inventories.items()}
     lineages = {config: lineage(inventory) for config, inventory in inventories.items()}
     # id(row) -> error with every architecture of its model family (lineage.toml: Qwen's dense, MoE and GDN
@@ -324,13 +319,12 @@ SPEC_STEPS = HERE / "spec_steps.json"  # benchmarks/gpu_vllm/spec_steps.py --tab
 def speculative_section() -> tuple[list[str], list[str]]:
     """The class of speculative steps (CUDA graphs, drafts): every such step measured on real vLLM beside its price
     (benchmarks/gpu_vllm/spec_steps.py: nothing of them fitted), its band by the band rule, and what it held."""
-    from roofline.audit import load_inventory
     from roofline.predict.bands import SPEC_REGIME, band_rule, lineage
 
     rows = [r for r in json.loads(SPEC_STEPS.read_text())["rows"] if r["mode"] == "graphs" and r["drafts"]]
     errors = [r["error"] for r in rows]
     # the model families of the runs' targets (lineage.toml), as the decode classes count theirs
-    lineages = {lineage(load_inventory(str(REPO / config))) for config in {r["config"] for r in rows}}
+    lineages = {lineage(fit.inventory_of(config)) for config in {r["config"] for r in rows}}
     band, why = band_rule(errors, [], errors="steps priced out of sample", families=[len(lineages)])
     band = _ceil(band)
     cards = sorted({r["card"] for r in rows})
