@@ -7,6 +7,7 @@ token = bytes per step / tokens produced by the step.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from roofline.errors import RooflineError
@@ -206,8 +207,10 @@ def _unnamed_notes(inventory: Inventory) -> list[str]:
     held = sum(m.nbytes for m in unnamed)
     if not total or held <= UNNAMED_SHARE * total:
         return []
-    kinds = sorted({short_label(m.name) for m in unnamed}, key=lambda k: -sum(
-        m.nbytes for m in unnamed if short_label(m.name) == k))
+    by_kind: Counter[str] = Counter()
+    for m in unnamed:
+        by_kind[short_label(m.name)] += m.nbytes
+    kinds = [kind for kind, _ in by_kind.most_common()]
     return [f"{len(unnamed)} modules ({held / 1e9:.2f} GB, {held / total:.0%} of the weights; "
             f"{', '.join(kinds[:3])}) match no role of roofline/data/roles.toml: priced as read whole every token, "
             "launching no kernel of their own"]
