@@ -169,10 +169,11 @@ def test_failed_runs_are_kept_and_completed_runs_measured(server):
     server.counter = 0
     result = run_bench(BenchConfig(url=server.url, model="flaky", max_tokens=8, runs=4, warmup=1))
     assert len(result.runs) == 4
-    assert 0 < len(result.completed) < 4
-    assert result.decode.n == len(result.completed)
+    assert 0 < len(result.timed) < 4
+    assert result.decode.n == len(result.timed)
     payload = result.to_json()
-    assert payload["failed"] == 4 - len(result.completed)
+    # the flaky server breaks its streams: not ended, so failed, neither completed nor timed
+    assert payload["failed"] == 4 - len(result.timed) == 4 - payload["completed"] and payload["timed"] == len(result.timed)
     assert any("stream broke" in (r["error"] or "") for r in payload["runs"])
 
 
@@ -183,7 +184,7 @@ def test_all_runs_failing_raises(server):
 
 def test_strict_server_gets_a_retry_without_vllm_fields(server):
     result = run_bench(BenchConfig(url=server.url, model="strict", max_tokens=6, runs=1))
-    assert result.completed and result.ignore_eos_applied is False
+    assert result.timed and result.ignore_eos_applied is False
     assert "ignore_eos" not in server.requests[-1]
     assert any("refused vLLM's extra fields" in n for n in result.notes)
 
@@ -251,7 +252,7 @@ def test_cli_json_and_table(server, tmp_path, capsys):
     assert main(["bench", "--url", server.url, "--model", "ok", "--max-tokens", "8", "--runs", "2",
                  "--concurrency", "1,2", "--sweep-rounds", "1", "--json-out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "decode tok/s" in text and "TTFT ms" in text and "2 of 2 runs completed" in text
+    assert "decode tok/s" in text and "TTFT ms" in text and "2 of 2 runs completed, 2 timed" in text
     assert "concurrency" in text
     saved = json.loads(out.read_text())
     assert saved["schema"] == "roofline.bench/1" and saved["completed"] == 2

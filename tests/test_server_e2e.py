@@ -234,7 +234,11 @@ def test_bench_and_validate_against_vllm(tmp_path, capsys):
 
     bench = json.loads(bench_json.read_text())
     assert bench["model"] == "e2e-qwen3" and bench["server_version"]
-    assert bench["completed"] == 5 and bench["failed"] == 0
+    # every run ended; those whose tokens reached the busy client in a burst are not timed, and say why (a live
+    # timing: not asserted), the figures being the timed runs'
+    assert bench["completed"] == 5 and bench["failed"] == 0 and 1 <= bench["timed"] == bench["decode_tok_s"]["n"]
+    assert all(run["ok"] or any(why in run["error"] for why in ("decode cannot be timed from the client",
+                                                               "cannot time decode")) for run in bench["runs"])
     assert bench["ignore_eos_applied"] and bench["completion_tokens"] == MAX_TOKENS  # vLLM honours ignore_eos
     assert bench["ttft_s"]["median"] > 0
     assert [level["concurrency"] for level in bench["sweep"]] == [1, 4, 16]

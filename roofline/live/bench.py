@@ -158,25 +158,26 @@ class BenchResult:
     warmup_tokens: int = 0  # completion tokens of the unrecorded warm-up requests (server counters see them)
 
     @property
-    def completed(self) -> list[RunResult]:
+    def timed(self) -> list[RunResult]:
+        """The runs whose decode the client timed: the figures are theirs."""
         return [r for r in self.runs if r.ok]
 
     @property
     def decode(self) -> Stats | None:
-        return stats([r.decode_tok_s for r in self.completed])
+        return stats([r.decode_tok_s for r in self.timed])
 
     @property
     def ttft(self) -> Stats | None:
-        return stats([r.ttft_s for r in self.completed])
+        return stats([r.ttft_s for r in self.timed])
 
     @property
     def prompt_tokens(self) -> int | None:
-        values = [r.prompt_tokens for r in self.completed if r.prompt_tokens is not None]
+        values = [r.prompt_tokens for r in self.timed if r.prompt_tokens is not None]
         return int(statistics.median(values)) if values else None
 
     @property
     def completion_tokens(self) -> int | None:
-        values = [r.completion_tokens for r in self.completed]
+        values = [r.completion_tokens for r in self.timed]
         return int(statistics.median(values)) if values else None
 
     @property
@@ -203,8 +204,10 @@ class BenchResult:
             "mean_context": self.mean_context,
             "decode_tok_s": asdict(self.decode) if self.decode else None,
             "ttft_s": asdict(self.ttft) if self.ttft else None,
-            "completed": len(self.completed),
-            "failed": len(self.runs) - len(self.completed),
+            # as each sweep level counts them: completed, the streams that ended; timed, those whose decode the
+            # client could time (the figures above are theirs); failed, the streams that did not end
+            "completed": sum(r.delivered for r in self.runs), "timed": len(self.timed),
+            "failed": sum(not r.delivered for r in self.runs),
             "runs": [r.to_json() for r in self.runs],
             "sweep": [level.to_json() for level in self.sweep],
             "notes": list(self.notes),
@@ -498,7 +501,7 @@ def run_bench(cfg: BenchConfig, progress=None) -> BenchResult:
         else:
             say(f"run {len(result.runs)}/{cfg.runs} failed: {run.error}")
 
-    completed = result.completed
+    completed = result.timed
     if not completed:
         raise RooflineError(f"no run completed ({len(result.runs)} tried): {result.runs[0].error}")
     short = [r for r in completed if r.completion_tokens < cfg.max_tokens]

@@ -134,10 +134,10 @@ def observe(*, url: str | None, served_model: str | None, model: str | None, cap
             obs.bench = run_bench(replace(bench, model=facts.model))
         except RooflineError as exc:
             obs.problems.append(f"bench failed: {exc}")
-        if obs.bench is not None and len(obs.bench.completed) < len(obs.bench.runs):
+        if obs.bench is not None and len(obs.bench.timed) < len(obs.bench.runs):
             failed = [r for r in obs.bench.runs if not r.ok]
             obs.problems.append(f"{len(failed)} of {len(obs.bench.runs)} bench runs failed ({failed[0].error}); "
-                                "measured tok/s is over the runs that completed")
+                                "measured tok/s is over the runs that were timed")
         if before is not None:
             try:
                 after = fetch_metrics(url, facts.model, timeout_s)

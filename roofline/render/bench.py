@@ -12,9 +12,10 @@ def render_bench(result) -> str:
     lines.append(f"{'':24}{'median':>10}{'min':>10}{'max':>10}")
     lines.append(f"{'decode tok/s':24}{decode.median:>10.2f}{decode.min:>10.2f}{decode.max:>10.2f}")
     lines.append(f"{'TTFT ms':24}{ttft.median * 1e3:>10.1f}{ttft.min * 1e3:>10.1f}{ttft.max * 1e3:>10.1f}")
-    failed = len(result.runs) - len(result.completed)
-    lines.append(f"{len(result.completed)} of {len(result.runs)} runs completed"
-                 + (f"; failures: {'; '.join(sorted({r.error for r in result.runs if r.error}))}" if failed else ""))
+    delivered, timed = sum(r.delivered for r in result.runs), len(result.timed)
+    lines.append(f"{delivered} of {len(result.runs)} runs completed, {timed} timed"
+                 + (f"; not timed: {'; '.join(sorted({r.error for r in result.runs if r.error}))}"
+                    if timed < len(result.runs) else ""))
     if result.sweep:
         lines.append("")
         lines.append(f"{'concurrency':>12}{'aggregate tok/s':>18}{'per-stream decode':>20}{'completed':>11}"
