@@ -139,6 +139,18 @@ def profile_step(run, batch: int, short: int = 4, long: int = 20) -> dict:
                                  "ms_per_step": ms} for name, ms in busiest]}
 
 
+def host_step(host_runs: dict, batch: int, short: int, long: int, context: int) -> dict:
+    """Each timed host method's milliseconds and calls per decode step: the long runs' totals less the short runs'
+    over the extra tokens (the prefill and warm-up drop out, as in step_ms), the median over the repeats."""
+    longs, shorts = host_runs[(batch, long, context)], host_runs[(batch, short, context)][1:]  # [0]: the warm-up
+    out = {}
+    for name in longs[0]:
+        per_step = [(lr[name][0] - sr.get(name, (0.0, 0))[0]) / (long - short) for lr, sr in zip(longs, shorts)]
+        calls = [(lr[name][1] - sr.get(name, (0.0, 0))[1]) / (long - short) for lr, sr in zip(longs, shorts)]
+        out[name] = {"ms": 1e3 * statistics.median(per_step), "calls": statistics.median(calls)}
+    return out
+
+
 def speculative_step(spec_runs: list[dict], batch: int, short: int, long: int) -> dict:
     """With speculation a generated token is not a step: one verify step per draft (vLLM counts a draft
     per request and step). The step time is the long run's extra time over its extra drafts, per
@@ -218,6 +230,32 @@ def trace_load_model(into: dict) -> None:
     load's own peak."""
     for runner in _runner_classes():
         runner.load_model = _traced(runner.load_model, into, at_peak=False)
+
+
+# the model runner's per-step host work, timed by --time-host: the whole step's Python (execute_model and sample_tokens
+# under async scheduling, where neither waits on the GPU) and, inside it, the parts that grow with the model's layout
+# (_build_attention_metadata loops over the KV cache groups)
+HOST_METHODS = ("execute_model", "sample_tokens", "_prepare_inputs", "_build_attention_metadata", "_update_states")
+
+
+def time_host(into: dict) -> None:
+    """Accumulate, per model-runner method of HOST_METHODS, the seconds spent in it and its calls into `into`
+    (the engine in this process: VLLM_ENABLE_V1_MULTIPROCESSING=0, one GPU)."""
+    def timed(method, name):
+        def wrapper(self, *a, **k):
+            t0 = time.perf_counter()
+            try:
+                return method(self, *a, **k)
+            finally:
+                total = into.setdefault(name, [0.0, 0])
+                total[0] += time.perf_counter() - t0
+                total[1] += 1
+        return wrapper
+
+    for runner in _runner_classes():
+        for name in HOST_METHODS:
+            if hasattr(runner, name):
+                setattr(runner, name, timed(getattr(runner, name), name))
 
 
 def _site(frames: list[dict]) -> str:
@@ -324,6 +362,8 @@ def main() -> int:
                         help="vLLM's --async-scheduling / --no-async-scheduling (default: vLLM's choice, recorded)")
     parser.add_argument("--tensor-parallel-size", type=int, default=1,
                         help="vLLM's --tensor-parallel-size: ranks on this host's GPUs (its multiprocess executor)")
+    parser.add_argument("--time-host", action="store_true",
+                        help="time the model runner's per-step host work (HOST_METHODS) beside each decode step")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -345,6 +385,9 @@ def main() -> int:
     load_blocks: dict = {}
     if args.load_trace:
         trace_load_model(load_blocks)
+    host_totals: dict = {}
+    if args.time_host:
+        time_host(host_totals)
     started = time.perf_counter()
     llm = LLM(model=args.config, load_format="dummy", skip_tokenizer_init=True, enforce_eager=args.mode == "eager",
               max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs or max(batches),
@@ -382,17 +425,24 @@ def main() -> int:
 
     contexts = [int(c) for c in args.contexts.split(",")] if args.contexts else [args.context]
 
+    host_runs: dict = {}  # (batch, tokens, context) -> the host methods' seconds and calls in that run
+
     def run(batch: int, tokens: int, context: int) -> float:
         prompts = [{"prompt_token_ids": [(7 + 13 * i + 31 * j) % (vocab - 1) + 1 for j in range(context)]}
                    for i in range(batch)]
         params = SamplingParams(max_tokens=tokens, min_tokens=tokens, ignore_eos=True, detokenize=False, temperature=0)
         before = counters()
+        host_before = {name: tuple(total) for name, total in host_totals.items()}
         synchronize()
         t0 = time.perf_counter()
         outputs = llm.generate(prompts, params, use_tqdm=False)
         synchronize()
         elapsed = time.perf_counter() - t0
         assert all(len(o.outputs[0].token_ids) == tokens for o in outputs)
+        if host_totals:
+            host_runs.setdefault((batch, tokens, context), []).append(
+                {name: (s - host_before.get(name, (0.0, 0))[0], n - host_before.get(name, (0.0, 0))[1])
+                 for name, (s, n) in host_totals.items()})
         if args.speculative_config:
             after = counters()
             spec_runs.append({"batch": batch, "tokens": tokens, "s": elapsed,
@@ -413,6 +463,8 @@ def main() -> int:
                    "aggregate_tok_s": batch / step, "step_ms_runs": [1e3 * s for s in steps]}
             if args.speculative_config:
                 row.update(speculative_step(spec_runs, batch, args.short, args.long))
+            if host_totals:  # per decode step, as the step: the long runs' less the short runs', over the extra tokens
+                row["host_ms_per_step"] = host_step(host_runs, batch, args.short, args.long, context)
             rows.append(row)
             print(f"context {context}, batch {batch:4d}: {1e3 * step:7.3f} ms/step, {batch / step:9.1f} tok/s",
                   file=sys.stderr, flush=True)
@@ -442,6 +494,7 @@ def main() -> int:
         "gpus": torch.cuda.device_count() if cuda else 0,
         "attention_backend": args.attention_backend,
         "language_model_only": args.language_model_only,
+        "time_host": args.time_host,
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
     }
     with open(args.out, "w") as fh:
