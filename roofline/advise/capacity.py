@@ -22,6 +22,7 @@ from roofline.predict.backends import default_backend
 from roofline.predict.bands import band_for, band_json, step_regime
 from roofline.predict.cuda_graphs import full_decode_tokens, past_full_note
 from roofline.predict.deployment import default_capture_tokens
+from roofline.predict.drafting import draft_method_run
 from roofline.predict.hardware import Hardware
 from roofline.predict.kv_capacity import KVCapacity, KVLayout, kv_capacity
 from roofline.predict.launch import graphs_apply
@@ -258,7 +259,7 @@ def request_profile_peak(inventory: Inventory, hardware: Hardware, request: Requ
 
 
 def _runner(inventory: Inventory, request: Request) -> str:
-    return model_runner(inventory, request.draft_method if request.speculative_tokens else None)
+    return model_runner(inventory, draft_method_run(request.draft_method, request.speculative_tokens))
 
 
 def _boxes(parallel: dict) -> int:
@@ -270,7 +271,7 @@ def _boxes(parallel: dict) -> int:
 def _async(hardware: Hardware, request: Request, parallel: dict):
     """Async scheduling as vLLM resolves it for the request's line over its placement's boxes."""
     return async_scheduling(hardware, request.async_scheduling,
-                            request.draft_method if request.speculative_tokens else None, _boxes(parallel))
+                            draft_method_run(request.draft_method, request.speculative_tokens), _boxes(parallel))
 
 
 def experts_kernel(inventory: Inventory, hardware: Hardware, request: Request) -> tuple[str, str | None]:

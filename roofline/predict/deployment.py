@@ -23,6 +23,7 @@ from roofline.model.inventory import Inventory
 from roofline.untrusted import printable, redact_args, secret_flags
 
 from .backends import Backend, backend_named, backends, backends_for, default_backend, weight_family
+from .drafting import draft_method_run
 from .hardware import Hardware
 from .topology import Topology, refusal
 from .traffic import KV_SPELLINGS
@@ -766,7 +767,7 @@ def refusals(deployment: Deployment, inventory: Inventory, hardware: Hardware,
     out += scheduler_refusals(scheduler_settings(deployment, hardware),
                               deployment.max_model_len or max_positions(inventory.config))
     reason = async_refusal(hardware, deployment.async_scheduling,
-                           deployment.draft_method if deployment.speculative_tokens else None)
+                           draft_method_run(deployment.draft_method, deployment.speculative_tokens))
     if reason:
         out.append(reason)
     if deployment.max_model_len is not None:

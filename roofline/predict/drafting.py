@@ -20,6 +20,11 @@ from roofline.model.roles import role_properties
 from .traffic import distinct_experts
 
 
+def draft_method_run(method: str, speculative_tokens: int) -> str | None:
+    """The speculative method vLLM runs: none without draft tokens, whatever method a flag or request names."""
+    return method if speculative_tokens else None
+
+
 @dataclass(frozen=True)
 class RoutedRead:
     nbytes: float  # the whole expert bank

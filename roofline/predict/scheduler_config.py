@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from roofline.data import load_table
 
+from .drafting import draft_method_run
 from .hardware import Hardware
 
 GIB = 2 ** 30
@@ -112,7 +113,7 @@ def scheduler_settings(deployment, hardware: Hardware, entry: str = "serve", box
     budget = deployment.max_num_batched_tokens or tokens
     max_seqs = deployment.max_num_seqs or seqs
     overlap = async_scheduling(hardware, deployment.async_scheduling,
-                               deployment.draft_method if deployment.speculative_tokens else None, boxes)
+                               draft_method_run(deployment.draft_method, deployment.speculative_tokens), boxes)
     return SchedulerSettings(
         max_num_batched_tokens=budget, max_num_seqs=max_seqs,
         max_num_active_seqs=deployment.max_num_active_seqs or max_seqs,

@@ -70,7 +70,7 @@ from .topology import (
     sharing_ranks,
     stage_layers,
 )
-from .drafting import DraftReads, launches as draft_launches, pass_tokens, routed_reads
+from .drafting import DraftReads, draft_method_run, launches as draft_launches, pass_tokens, routed_reads
 from .prefill import PrefillRates
 from .traffic import (
     Scenario,
@@ -672,7 +672,7 @@ def price_step(inventory: Inventory, hardware: Hardware, config: StepConfig = St
     if placement is None:
         placement = SINGLE_DEVICE if topology.devices == 1 else \
             place(topology, topology.devices, in_box_link(hardware), None)
-    method = config.draft_method if config.speculative_tokens else None
+    method = draft_method_run(config.draft_method, config.speculative_tokens)
     refused = async_refusal(hardware, config.async_scheduling, method, placement.boxes)
     if refused:  # what vLLM refuses is never priced
         raise RooflineError(refused)

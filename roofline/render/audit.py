@@ -4,6 +4,7 @@ from __future__ import annotations
 from roofline.audit import AuditResult
 from roofline.model.formats import format_label
 from roofline.predict.bands import band_short, band_text, spread
+from roofline.predict.drafting import draft_method_run
 from roofline.predict.scheduler_config import async_scheduling
 from roofline.predict.speculation import vllm_acceptance_rate
 from roofline.units import human_bytes, milliseconds
@@ -69,7 +70,7 @@ def step_made_of(step) -> str:
 def _async_off_reason(step) -> str:
     """Why the step runs without async scheduling: vLLM's default for its speculation and executor, else the flag."""
     config = step.config
-    default = async_scheduling(step.hardware, None, config.draft_method if config.speculative_tokens else None,
+    default = async_scheduling(step.hardware, None, draft_method_run(config.draft_method, config.speculative_tokens),
                                step.placement.boxes)
     return "--no-async-scheduling" if default.on else default.why
 
