@@ -37,9 +37,9 @@ def test_the_table_is_the_fit_of_the_recorded_runs():
     assert len(data) == 11  # four server starts
     fixed_us, per_request_us = step_host.fit(data)
     table = load_table("launch")["step_host"]
-    for host, row in step_host.rows(fixed_us, per_request_us).items():
+    for host, row in step_host.rows(fixed_us, per_request_us, step_host.per_group_us(step_host.group_points())).items():
         assert table[host]["fixed_us"] == row["fixed_us"] and table[host]["per_request_us"] == row["per_request_us"]
-        assert table[host]["kind"] == row["kind"]
+        assert table[host]["per_kv_group_us"] == row["per_kv_group_us"] and table[host]["kind"] == row["kind"]
     # one line through every start's runs: within the spread between starts (1.60-2.51 ms at a batch of 8)
     for _, batch, ms in data:
         assert (fixed_us + per_request_us * batch) / 1e3 == pytest.approx(ms, rel=0.25)
@@ -249,3 +249,45 @@ def test_a_given_async_scheduling_vllm_refuses_is_never_priced(tiny):
     with pytest.raises(RooflineError, match="only supported with EAGLE"):
         price_step(tiny, gb10, StepConfig(speculative_tokens=2, draft_method="ngram", async_scheduling=True))
     assert price_step(tiny, gb10, StepConfig(speculative_tokens=2, draft_method="ngram", async_scheduling=False))
+
+
+GRANITE = ROOT / "benchmarks" / "gpu_vllm" / "configs"
+
+
+def test_the_host_builds_every_kv_cache_groups_metadata_a_step():
+    """Granite-4.0-H-1B cut to 9 Mamba2 layers and 1 of attention makes ten KV cache groups, cut to 9 + 9 two (vLLM
+    groups layers by kind, each group as large as the smallest kind): its model runner's host time per step, timed on
+    one machine start (probe.py --time-host), differs by the eight groups' metadata, which launch.toml prices per
+    group past the first, and every step of a model of many groups carries it."""
+    from roofline.predict.kv_capacity import kv_cache_groups
+
+    data = step_host.group_points()
+    assert sorted({groups for _, groups, _, _ in data}) == [2, 10] and {batch for _, _, batch, _ in data} == {1, 8}
+    per_group = step_host.per_group_us(data)
+    assert 80 < per_group < 150  # 0.81 and 1.03 ms over the eight groups at batches 1 and 8
+    # the 18-layer cut ran from the config the device wrote (its probe file names /tmp/g18): the one kept here
+    kept = json.loads((ROOT / "benchmarks" / "results" / "vllm_h200_host_groups" / "g18-config.json").read_text())
+    assert kept == json.loads((GRANITE / "Granite-4.0-H-1B-18layers-9m9a" / "config.json").read_text())
+    groups = {name: kv_cache_groups(load_inventory(str(GRANITE / name)).shape) for name in
+              ("Granite-4.0-H-1B", "Granite-4.0-H-1B-10layers-9m1a", "Granite-4.0-H-1B-18layers-9m9a",
+               "gemma-3-12b-text", "Qwen3-Next-80B-A3B-12layers", "Qwen3-0.6B-2layers")}
+    assert groups == {"Granite-4.0-H-1B": 10, "Granite-4.0-H-1B-10layers-9m1a": 10,
+                      "Granite-4.0-H-1B-18layers-9m9a": 2, "gemma-3-12b-text": 6, "Qwen3-Next-80B-A3B-12layers": 4,
+                      "Qwen3-0.6B-2layers": 1}
+    hardware = get_hardware("h200")
+    costs = launch_costs(hardware)
+    ten = load_inventory(str(GRANITE / "Granite-4.0-H-1B-10layers-9m1a"))
+    step = price_step(ten, hardware, StepConfig(batch=1, context=1024))
+    assert step.main.kv_groups == 10 and costs.step_host_us_per_kv_group == load_table("launch")["step_host"][
+        "x86_server"]["per_kv_group_us"]
+    host_ms = (costs.step_host_us + costs.step_host_us_per_request + 9 * costs.step_host_us_per_kv_group) / 1e3
+    assert step.main.host_s * 1e3 == pytest.approx(host_ms) and step.step_ms == pytest.approx(host_ms)
+    # the measured step of that cut (3.16 ms at batch 1) is its host's: the step priced within the host regime's band
+    run = json.loads((ROOT / "benchmarks" / "results" / "vllm_h200_host_groups" /
+                      "g4h-1b-9m1a-host-graphs-1202w.json").read_text())
+    measured = next(r["step_ms"] for r in run["decode"] if r["batch"] == 1)
+    assert step.step_ms == pytest.approx(measured, rel=0.15)
+    # one group: nothing added
+    tiny = price_step(load_inventory(str(TINY)), hardware, StepConfig(batch=1, context=256))
+    assert tiny.main.kv_groups == 1 and tiny.main.host_s * 1e3 == pytest.approx(
+        (costs.step_host_us + costs.step_host_us_per_request) / 1e3)

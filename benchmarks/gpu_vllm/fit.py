@@ -154,7 +154,14 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # MLA cut profiled at 1, 8 and 32 tokens (its router's float32 logits up to 16: engine_fit.dummy_routing)
          **{case: f"vllm_h200_granite/{case}.json"
             for case in ("q8b-eager-1202v", "g4h-tiny-graphs-1202v", "g4h-tiny-eager-1202v", "g4h-1b-graphs-1202v",
-                         "g4h-1b-eager-1202v", "ds-r0-prof-1202v")}}
+                         "g4h-1b-eager-1202v", "ds-r0-prof-1202v")},
+         # a twenty-eighth: the model runner's host time per step timed (probe.py --time-host) with graphs: a 2-layer
+         # Qwen3, Granite-4.0-H-1B and -Tiny again, and the 1B cut to ten KV cache groups (9 Mamba2 + 1 attention),
+         # whose host time beside the cut to two groups (step_host.py; that cut's config was written on the device)
+         # sets launch.toml's per-group host time
+         **{case: f"vllm_h200_host_groups/{case}.json"
+            for case in ("q06b2l-host-graphs-1202w", "g4h-1b-host-graphs-1202w", "g4h-tiny-host-graphs-1202w",
+                         "g4h-1b-9m1a-host-graphs-1202w")}}
 # later cases the fit uses: a second machine start's eager steps, the only one beside the fit's own to run a Mamba
 # hybrid with the host checked (Qwen3-8B eager on the same start): one start's host set the host's cost per launch,
 # and the Mamba layer's Python was fitted on one start's steps alone
@@ -180,7 +187,8 @@ SET_A_TERM = {case: "their steps set Gemma 4's decoder-layer eager Python (eager
 SET_A_TERM |= {case: "their steps set the host's share of a launch for PyTorch's own ops (native_ops.py)"
                for case in ("g3-12b-eager-1201b",)} | \
     {case: "their steps set a GDN layer's eager Python (eager_python.py)"
-     for case in ("qwen3next12l-eager-1127c", "q36-nvfp4-eager-1128h")}
+     for case in ("qwen3next12l-eager-1127c", "q36-nvfp4-eager-1128h")} | \
+    {"g4h-1b-9m1a-host-graphs-1202w": "their host times set the host's time per KV cache group (step_host.py)"}
 LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown"}
 HARDWARE = "h200"
 

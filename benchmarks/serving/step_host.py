@@ -12,6 +12,12 @@ Fitted over every run: fixed + per request x N, least squares on the relative er
 and unknown hosts' rows carry it through launch.toml's host cost per eager kernel (the only measure of those
 hosts' Python speed the project has), labelled estimates.
 
+Per KV cache group beyond the first: the engine builds every group's attention metadata each step. Measured by the
+model runner's own host time per step (probe.py --time-host: execute_model + sample_tokens, which under async
+scheduling do not wait on the GPU) of one model in two layouts on one machine start: Granite-4.0-H-1B's layers cut
+to 9 Mamba2 + 1 attention (ten groups) and to 9 Mamba2 + 9 attention (two groups), at batches 1 and 8
+(benchmarks/results/vllm_h200_host_groups): the difference over the eight groups, the mean of the two batches.
+
     .venv/bin/python benchmarks/serving/step_host.py            # the fit and launch.toml's rows
     .venv/bin/python benchmarks/serving/step_host.py --check    # exit 1 when launch.toml's rows differ
 """
@@ -31,12 +37,20 @@ sys.path.insert(0, str(REPO))
 from roofline.data import load_table  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "vllm_h200_host"
+GROUP_RESULTS = REPO / "benchmarks" / "results" / "vllm_h200_host_groups"
+CONFIGS = REPO / "benchmarks" / "gpu_vllm" / "configs"
+# (probe file, its config here): the 18-layer config was written on the device (/tmp/g18, kept as g18-config.json)
+GROUP_CASES = (("g4h-1b-9m1a-host-graphs-1202w.json", CONFIGS / "Granite-4.0-H-1B-10layers-9m1a"),
+               ("g4h-1b-9m9a-host-graphs-1202w.json", CONFIGS / "Granite-4.0-H-1B-18layers-9m9a"))
+HOST_METHODS = ("execute_model", "sample_tokens")  # the step's host work; the others run inside execute_model
 CASES = ("qwen3-06b-2l", "qwen3-06b-2l-load", "qwen3-06b-2l-ctx1k", "qwen3-06b-2l-ctx3k")  # one server start each
 SOURCE = ("measured: vLLM 0.26.0 served (`vllm serve`, CUDA graphs, async scheduling) on the x86 host (16 cores) "
           "of roofline's H200 benchmark runs, Qwen3-0.6B cut to 2 layers (a GPU step of ~0.3 ms) under `vllm bench serve --max-concurrency "
           "N`, N = 1-256, prompts of 32-3,072 tokens and 256 tokens out, four server starts (one batch took up to 1.6x "
           "longer on one start than another): the time per output token is the host's step "
-          "(benchmarks/serving/step_host.py -> benchmarks/results/vllm_h200_host, 2026-11-27)")
+          "(benchmarks/serving/step_host.py -> benchmarks/results/vllm_h200_host, 2026-11-27); per KV cache group beyond "
+          "the first, the model runner's own host time per step (probe.py --time-host) of Granite-4.0-H-1B cut to ten "
+          "groups and to two on one start, batches 1 and 8 (benchmarks/results/vllm_h200_host_groups, 2026-12-02)")
 
 
 def points() -> list[tuple[str, int, float]]:
@@ -61,15 +75,43 @@ def fit(data: list[tuple[str, int, float]]) -> tuple[float, float]:
     return float(fixed * 1e3), float(per_request * 1e3)
 
 
-def rows(fixed_us: float, per_request_us: float) -> dict[str, dict]:
+def group_points() -> list[tuple[str, int, int, float]]:
+    """(case, KV cache groups, batch, the model runner's host ms per step) of the two layouts' runs."""
+    from roofline.audit import load_inventory
+    from roofline.predict.kv_capacity import kv_cache_groups
+
+    out = []
+    for name, config in GROUP_CASES:
+        run = json.loads((GROUP_RESULTS / name).read_text())
+        groups = kv_cache_groups(load_inventory(str(config)).shape)
+        for row in run["decode"]:
+            out.append((name.removesuffix(".json"), groups, row["batch"],
+                        sum(row["host_ms_per_step"][m]["ms"] for m in HOST_METHODS)))
+    return out
+
+
+def per_group_us(data: list[tuple[str, int, int, float]]) -> float:
+    """The host's time per KV cache group: each batch's difference between the layouts over their groups' difference,
+    the mean over the batches both ran."""
+    by_batch: dict[int, list[tuple[int, float]]] = {}
+    for _, groups, batch, ms in data:
+        by_batch.setdefault(batch, []).append((groups, ms))
+    slopes = [(max(p)[1] - min(p)[1]) / (max(p)[0] - min(p)[0]) for p in by_batch.values() if len(p) == 2]
+    if not slopes:
+        raise SystemExit(f"{GROUP_RESULTS}: no batch that both layouts ran")
+    return 1e3 * sum(slopes) / len(slopes)
+
+
+def rows(fixed_us: float, per_request_us: float, per_kv_group_us: float) -> dict[str, dict]:
     """launch.toml's [step_host.*] rows: the x86 host measured, the others through the eager host cost ratio."""
     hosts = load_table("launch")["host"]
     x86 = hosts["x86_server"]["host_us_per_kernel"]
     out = {"x86_server": {"fixed_us": round(fixed_us), "per_request_us": round(per_request_us, 1),
-                          "kind": "measured", "source": SOURCE}}
+                          "per_kv_group_us": round(per_kv_group_us), "kind": "measured", "source": SOURCE}}
     for host in ("grace_arm", "unknown"):
         ratio = hosts[host]["host_us_per_kernel"] / x86
         out[host] = {"fixed_us": round(fixed_us * ratio), "per_request_us": round(per_request_us * ratio, 1),
+                     "per_kv_group_us": round(per_kv_group_us * ratio),
                      "kind": "estimate",
                      "source": f"the x86 host's measured step (launch.toml [step_host.x86_server]) x {ratio:.3f}, this "
                                f"host's eager cost per kernel over the x86 host's ([host.{host}] / [host.x86_server]): "
@@ -88,13 +130,20 @@ def main() -> int:
         fitted = (fixed_us + per_request_us * batch) / 1e3
         print(f"{run:34}{batch:>6}{ms:>13.3f}{fitted:>11.3f}{100 * (fitted / ms - 1):>+7.1f}%")
     print(f"\nfixed {fixed_us:.0f} us + {per_request_us:.1f} us per request a step")
-    expected = rows(fixed_us, per_request_us)
+    groups = group_points()
+    print(f"\n{'layout':34}{'KV groups':>10}{'batch':>6}{'host ms':>9}")
+    for case, count, batch, ms in groups:
+        print(f"{case:34}{count:>10}{batch:>6}{ms:>9.3f}")
+    per_group = per_group_us(groups)
+    print(f"\n{per_group:.0f} us per KV cache group beyond the first")
+    expected = rows(fixed_us, per_request_us, per_group)
     table = load_table("launch").get("step_host", {})
+    keys = ("fixed_us", "per_request_us", "per_kv_group_us", "kind")
     stale = [host for host, row in expected.items()
-             if {k: table.get(host, {}).get(k) for k in ("fixed_us", "per_request_us", "kind")} !=
-             {k: row[k] for k in ("fixed_us", "per_request_us", "kind")}]
+             if {k: table.get(host, {}).get(k) for k in keys} != {k: row[k] for k in keys}]
     for host, row in expected.items():
         print(f"\n[step_host.{host}]\nfixed_us = {row['fixed_us']}\nper_request_us = {row['per_request_us']}\n"
+              f"per_kv_group_us = {row['per_kv_group_us']}\n"
               f"kind = \"{row['kind']}\"\nsource = \"{row['source']}\"")
     if stale:
         print(f"\nlaunch.toml's [step_host.*] rows differ from the fit: {', '.join(stale)}", file=sys.stderr)

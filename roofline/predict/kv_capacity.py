@@ -124,6 +124,23 @@ def _groups(buckets: dict[str, int]) -> tuple[list[tuple[str, int]], int]:
     return groups, group_size
 
 
+def _layer_buckets(shape: ModelShape) -> dict[str, list[int]]:
+    """vLLM's same_type_layers, in layer order: full attention, each sliding window, the recurrent state."""
+    layers_by_kind: dict[str, list[int]] = {}
+    for layer in sorted(shape.attention, key=lambda a: a.layer):
+        kind = f"sliding {layer.window}" if layer.window else "attention"
+        layers_by_kind.setdefault(kind, []).append(layer.layer)
+    layers_by_kind["state"] = sorted(r.layer for r in shape.recurrent)
+    return layers_by_kind
+
+
+def kv_cache_groups(shape: ModelShape) -> int:
+    """How many KV cache groups vLLM makes of the model's layers (one for a model of one attention kind; a hybrid's
+    state layers and each sliding window add theirs): the engine builds each group's attention metadata every step."""
+    groups, _ = _groups({kind: len(layers) for kind, layers in _layer_buckets(shape).items()})
+    return max(1, len(groups))
+
+
 def _stage_bytes_per_block(layers_by_kind: dict[str, list[int]], groups: list[tuple[str, int]],
                            page: dict[str, int], stage: range) -> int:
     """One pipeline stage's bytes per block: the largest group's pages among the stage's layers."""
@@ -183,11 +200,7 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
         elif kind_pages[kind] != per_token_page:
             notes.append(f"vLLM pads the {kind} layers' {block * kind_pages[kind]:,}-byte page to "
                          f"{attention_page:,} bytes (it does not divide it)")
-    # buckets in layer order, as vLLM's same_type_layers: full attention, each window, recurrent state
-    layers_by_kind: dict[str, list[int]] = {}
-    for layer in sorted(shape.attention, key=lambda a: a.layer):
-        layers_by_kind.setdefault(kind_of(layer), []).append(layer.layer)
-    layers_by_kind["state"] = sorted(r.layer for r in shape.recurrent)
+    layers_by_kind = _layer_buckets(shape)
     buckets = {kind: len(layers) for kind, layers in layers_by_kind.items()}
     groups, group_size = _groups(buckets)
     if not groups:

@@ -23,15 +23,19 @@ class LaunchCosts:
     graph_floor_us_per_kernel: float
     floor_kind: str
     floor_source: str
-    # the engine's host time per step: fixed + per request the step holds (0: no host floor, a CPU host)
+    # the engine's host time per step: fixed + per request the step holds + per KV cache group past the first, whose
+    # attention metadata the engine builds every step (0: no host floor, a CPU host)
     step_host_us: float = 0.0
     step_host_us_per_request: float = 0.0
     step_host_kind: str = "none"
     step_host_source: str = ""
+    step_host_us_per_kv_group: float = 0.0
 
-    def step_host_s(self, requests: int) -> float:
-        """The engine's host time for one step holding `requests` requests (decodes and prompt chunks)."""
-        return (self.step_host_us + self.step_host_us_per_request * requests) * 1e-6
+    def step_host_s(self, requests: int, kv_groups: int = 1) -> float:
+        """The engine's host time for one step holding `requests` requests (decodes and prompt chunks) of a model
+        whose layers vLLM puts in `kv_groups` KV cache groups (kv_capacity.kv_cache_groups)."""
+        return (self.step_host_us + self.step_host_us_per_request * requests
+                + self.step_host_us_per_kv_group * max(0, kv_groups - 1)) * 1e-6
 
 
 def graphs_apply(hardware: Hardware) -> bool:
@@ -64,7 +68,8 @@ def launch_costs(hardware: Hardware, host_us_per_kernel: float | None = None, fa
     step = table["step_host"].get(hardware.host) or table["step_host"]["unknown"]
     return LaunchCosts(host["host_us_per_kernel"], host["kind"], host["source"],
                        floor["graph_floor_us_per_kernel"], floor["kind"], floor["source"],
-                       step["fixed_us"], step["per_request_us"], step["kind"], step["source"])
+                       step["fixed_us"], step["per_request_us"], step["kind"], step["source"],
+                       step.get("per_kv_group_us", 0.0))
 
 
 def eager_overlap_points() -> tuple[list[float], list[float]]:
