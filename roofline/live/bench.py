@@ -502,8 +502,9 @@ def run_bench(cfg: BenchConfig, progress=None) -> BenchResult:
             say(f"run {len(result.runs)}/{cfg.runs} failed: {run.error}")
 
     completed = result.timed
-    if not completed:
-        raise RooflineError(f"no run completed ({len(result.runs)} tried): {result.runs[0].error}")
+    if not completed:  # none ended, or every one that ended reached the client too bunched to time
+        what = "was timed" if any(r.delivered for r in result.runs) else "completed"
+        raise RooflineError(f"no run {what} ({len(result.runs)} tried): {result.runs[0].error}")
     short = [r for r in completed if r.completion_tokens < cfg.max_tokens]
     if short:
         result.notes.append(f"{len(short)} run(s) stopped before max_tokens ({cfg.max_tokens}), "

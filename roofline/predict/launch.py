@@ -69,7 +69,7 @@ def launch_costs(hardware: Hardware, host_us_per_kernel: float | None = None, fa
     return LaunchCosts(host["host_us_per_kernel"], host["kind"], host["source"],
                        floor["graph_floor_us_per_kernel"], floor["kind"], floor["source"],
                        step["fixed_us"], step["per_request_us"], step["kind"], step["source"],
-                       step.get("per_kv_group_us", 0.0))
+                       step["per_kv_group_us"])
 
 
 def eager_overlap_points() -> tuple[list[float], list[float]]:
