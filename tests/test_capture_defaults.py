@@ -78,6 +78,11 @@ def test_root_cause_skips_vllms_wrappers(tmp_path):
     assert root_cause(str(log)).startswith("ValueError: Available memory on node 0")
     log.write_text("RuntimeError: Engine core initialization failed. See root cause above.\n")
     assert root_cause(str(log)) is None
+    # the worker's error as torch.distributed prints it, the only copy in a fresh-clone run's log
+    log.write_text("[rank0]: Traceback (most recent call last):\n"
+                   "[rank0]: RuntimeError: start (0) + length (768) exceeds dimension size (384).\n"
+                   "RuntimeError: Engine core initialization failed. See root cause above.\n")
+    assert root_cause(str(log)) == "RuntimeError: start (0) + length (768) exceeds dimension size (384)."
     log.write_text("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
                    "  Value error, The checkpoint you are trying to load has model type `x` but Transformers "
                    "does not recognize this architecture.\n")

@@ -144,8 +144,10 @@ KNOWN_CAUSES = (
      "multiprocessing backend: drop --distributed-executor-backend ray)"),
 )
 
-# vLLM's log prefix: "(EngineCore pid=7) ERROR 11-23 14:57:07 [core.py:1510] "
-_LOG_PREFIX = re.compile(r"^(?:\([^)]*\)\s+)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\S+\s+\S+\s+\[[^\]]*\]\s?)?")
+# vLLM's log prefix: "(EngineCore pid=7) ERROR 11-23 14:57:07 [core.py:1510] "; torch.distributed's "[rank0]: " before
+# a worker's own traceback lines (at times the only copy of the error that reaches the log before the process exits)
+_LOG_PREFIX = re.compile(r"^(?:\([^)]*\)\s+)?(?:\[rank\d+\]:\s*)?"
+                         r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\S+\s+\S+\s+\[[^\]]*\]\s?)?")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit)): (.+)$")
 # what vLLM raises around the real error, in the process that waits for the engine
 _WRAPPERS = ("Engine core initialization failed", "WorkerProc initialization failed", "EngineCore failed to start",
