@@ -176,7 +176,9 @@ def test_a_failing_engine_shows_vllms_root_cause(hook_checkpoints, tmp_path):
     assert "See root cause above" not in proc.stderr and "initialization failed" not in proc.stderr
     assert not (tmp_path / "c.json").exists()
     kept = re.search(r"vLLM's whole log: (\S+)\)", first).group(1)
-    assert "Engine core initialization failed" in Path(kept).read_text()
+    # vLLM's whole log, kept: the worker's error in it (whether the engine core's wrapper line reached the log before
+    # the processes exited is vLLM's flushing, which varies run to run)
+    assert "exceeds dimension size" in Path(kept).read_text()
     Path(kept).unlink()
 
 
