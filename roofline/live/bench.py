@@ -158,6 +158,11 @@ class BenchResult:
     warmup_tokens: int = 0  # completion tokens of the unrecorded warm-up requests (server counters see them)
 
     @property
+    def delivered(self) -> int:
+        """How many runs' streams ended (timed or not)."""
+        return sum(r.delivered for r in self.runs)
+
+    @property
     def timed(self) -> list[RunResult]:
         """The runs whose decode the client timed: the figures are theirs."""
         return [r for r in self.runs if r.ok]
@@ -206,8 +211,7 @@ class BenchResult:
             "ttft_s": asdict(self.ttft) if self.ttft else None,
             # as each sweep level counts them: completed, the streams that ended; timed, those whose decode the
             # client could time (the figures above are theirs); failed, the streams that did not end
-            "completed": sum(r.delivered for r in self.runs), "timed": len(self.timed),
-            "failed": sum(not r.delivered for r in self.runs),
+            "completed": self.delivered, "timed": len(self.timed), "failed": len(self.runs) - self.delivered,
             "runs": [r.to_json() for r in self.runs],
             "sweep": [level.to_json() for level in self.sweep],
             "notes": list(self.notes),
@@ -503,7 +507,7 @@ def run_bench(cfg: BenchConfig, progress=None) -> BenchResult:
 
     completed = result.timed
     if not completed:  # none ended, or every one that ended reached the client too bunched to time
-        what = "was timed" if any(r.delivered for r in result.runs) else "completed"
+        what = "was timed" if result.delivered else "completed"
         raise RooflineError(f"no run {what} ({len(result.runs)} tried): {result.runs[0].error}")
     short = [r for r in completed if r.completion_tokens < cfg.max_tokens]
     if short:

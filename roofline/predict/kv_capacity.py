@@ -124,12 +124,16 @@ def _groups(buckets: dict[str, int]) -> tuple[list[tuple[str, int]], int]:
     return groups, group_size
 
 
+def _kind_of(layer) -> str:
+    """An attention layer's KV cache kind: full attention, or a sliding window of its size."""
+    return f"sliding {layer.window}" if layer.window else "attention"
+
+
 def _layer_buckets(shape: ModelShape) -> dict[str, list[int]]:
     """vLLM's same_type_layers, in layer order: full attention, each sliding window, the recurrent state."""
     layers_by_kind: dict[str, list[int]] = {}
     for layer in sorted(shape.attention, key=lambda a: a.layer):
-        kind = f"sliding {layer.window}" if layer.window else "attention"
-        layers_by_kind.setdefault(kind, []).append(layer.layer)
+        layers_by_kind.setdefault(_kind_of(layer), []).append(layer.layer)
     layers_by_kind["state"] = sorted(r.layer for r in shape.recurrent)
     return layers_by_kind
 
@@ -165,15 +169,13 @@ def kv_capacity(shape: ModelShape, *, kv_dtype_bytes: float, model_dtype_bytes: 
     def layer_page(layer) -> int:  # one token of one layer
         return int(max(1, layer.kv_heads // tp) * (layer.head_dim + layer.value_dim) * kv_dtype_bytes)
 
-    def kind_of(layer) -> str:
-        return f"sliding {layer.window}" if layer.window else "attention"
     kind_pages: dict[str, int] = {}
     for layer in shape.attention:
         page = layer_page(layer)
-        if kind_pages.setdefault(kind_of(layer), page) != page:
-            raise RooflineError(f"{kind_of(layer)} layers of different page sizes: vLLM would give them KV cache "
+        if kind_pages.setdefault(_kind_of(layer), page) != page:
+            raise RooflineError(f"{_kind_of(layer)} layers of different page sizes: vLLM would give them KV cache "
                                 f"groups of their own, which roofline does not model")
-    windows = {kind_of(layer): layer.window for layer in shape.attention if layer.window}
+    windows = {_kind_of(layer): layer.window for layer in shape.attention if layer.window}
     per_token_page = max(kind_pages.values(), default=0)
     block = block_size or layout.default_block_size
     state_page = _state_page(shape, model_dtype_bytes, state_dtype_bytes, tp)

@@ -12,7 +12,7 @@ def render_bench(result) -> str:
     lines.append(f"{'':24}{'median':>10}{'min':>10}{'max':>10}")
     lines.append(f"{'decode tok/s':24}{decode.median:>10.2f}{decode.min:>10.2f}{decode.max:>10.2f}")
     lines.append(f"{'TTFT ms':24}{ttft.median * 1e3:>10.1f}{ttft.min * 1e3:>10.1f}{ttft.max * 1e3:>10.1f}")
-    delivered, timed = sum(r.delivered for r in result.runs), len(result.timed)
+    delivered, timed = result.delivered, len(result.timed)
     lines.append(f"{delivered} of {len(result.runs)} runs completed, {timed} timed"
                  + (f"; not timed: {'; '.join(sorted({r.error for r in result.runs if r.error}))}"
                     if timed < len(result.runs) else ""))

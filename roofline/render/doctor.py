@@ -70,7 +70,7 @@ def doctor_json(obs: Observation, diagnosis: Diagnosis, hardware: Hardware, what
             "tool": obs.saved.tool, "decode_tok_s": obs.saved.tok_s, "prompt_tokens": obs.saved.prompt_tokens,
             "completion_tokens": obs.saved.completion_tokens, "mean_context": obs.saved.mean_context},
         "bench": None if bench is None else {
-            "runs": len(bench.runs), "completed": sum(r.delivered for r in bench.runs), "timed": len(bench.timed),
+            "runs": len(bench.runs), "completed": bench.delivered, "timed": len(bench.timed),
             "decode_tok_s": None if not bench.decode else {"median": bench.decode.median, "min": bench.decode.min,
                                                           "max": bench.decode.max},
             "prompt_tokens": bench.prompt_tokens, "completion_tokens": bench.completion_tokens,
