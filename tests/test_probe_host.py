@@ -28,3 +28,33 @@ def test_the_timed_methods_are_the_model_runners():
 
     runners = _runner_classes()
     assert runners and all(hasattr(runners[0], name) for name in HOST_METHODS)
+
+
+def test_router_biases_are_zeroed_in_place_and_nothing_else():
+    # the routers as vLLM's models name them: gpt-oss's mlp.router (a bias per expert), DeepSeek-V3's and Nemotron-H's
+    # gate with a score correction; an MLP's gate_proj and an attention bias stay as they are
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from roofline.live.vllm_probe import zero_router_biases
+
+    class Moe(nn.Module):
+        def __init__(self, corrected: bool):
+            super().__init__()
+            self.router = nn.Linear(16, 4, bias=not corrected)
+            self.gate = nn.Linear(16, 4, bias=False)
+            if corrected:
+                self.gate.e_score_correction_bias = nn.Parameter(torch.full((4,), 0.5))
+            self.gate_proj = nn.Linear(16, 32, bias=True)
+
+    model = nn.ModuleDict({"a": Moe(corrected=False), "b": Moe(corrected=True)})
+    model.add_module("qkv", nn.Linear(16, 16, bias=True))
+    for p in model.parameters():
+        nn.init.constant_(p, 0.25)
+    router_bias = model["a"].router.bias
+    assert zero_router_biases(model) == {"router_bias": {"layers": 1, "first": ["a.router"]},
+                                         "score_correction_bias": {"layers": 1, "first": ["b.gate"]}}
+    assert model["a"].router.bias is router_bias and not router_bias.any()  # in place: a captured graph reads it
+    assert not model["b"].gate.e_score_correction_bias.any()
+    assert model["a"].gate_proj.bias.eq(0.25).all() and model["qkv"].bias.eq(0.25).all()
+    assert model["a"].router.weight.eq(0.25).all()

@@ -24,6 +24,14 @@ With --profile-batches, one decode step per named batch is profiled the same way
 activity, two generation lengths, the difference per step): GPU kernels per step by launcher (the
 LAUNCHERS table, by kernel name), the kernels' own GPU time per step, the host's kernel and graph
 launches per step, and the most frequent kernel names.
+
+With --router-bias zero, every MoE router's bias and score-correction bias is set to zero after the engine started
+(in place: the captured CUDA graphs read the same tensors). vLLM's dummy loader fills them with the same small noise
+as the weights, and a router that adds a bias to its logits (gpt-oss's) or to its scores before the top-k
+(Nemotron-H's, DeepSeek-V3's correction) then picks by the bias alone: the same experts for every token of a step,
+whatever the batch. Zeroed, the logits are the router's weights times the token's hidden state, which differ token
+by token as a softmax router's without bias do (Qwen3-MoE's, Mixtral's): a step of many streams reads the experts
+distinct tokens pick.
 """
 from __future__ import annotations
 
@@ -258,6 +266,35 @@ def time_host(into: dict) -> None:
                 setattr(runner, name, timed(getattr(runner, name), name))
 
 
+# the router of a MoE layer, by its module's name in vLLM's models (gpt-oss: mlp.router; Qwen3-MoE, Mixtral, Nemotron-H,
+# DeepSeek-V3: mlp.gate / block_sparse_moe.gate / mixer.gate); the score correction is an attribute of the gate
+ROUTER_NAMES = ("router", "gate")
+
+
+def zero_router_biases(model) -> dict:
+    """Zero, in place, the bias of every MoE router of `model` (a module named ROUTER_NAMES whose bias has one entry
+    per output: its experts) and every router's score-correction bias; what was zeroed, by kind."""
+    import torch
+
+    zeroed = {"router_bias": [], "score_correction_bias": []}
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if name.rsplit(".", 1)[-1] not in ROUTER_NAMES:
+                continue
+            # vLLM's linear layers say their output size (a CPU build repacks the weight itself after loading)
+            weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
+            outputs = getattr(module, "output_size", None) or (
+                weight.shape[0] if isinstance(weight, torch.Tensor) and weight.dim() == 2 else None)
+            if isinstance(bias, torch.Tensor) and bias.dim() == 1 and outputs and bias.numel() == outputs:
+                bias.zero_()
+                zeroed["router_bias"].append(name)
+            correction = getattr(module, "e_score_correction_bias", None)
+            if isinstance(correction, torch.Tensor):
+                correction.zero_()
+                zeroed["score_correction_bias"].append(name)
+    return {kind: {"layers": len(names), "first": names[:1]} for kind, names in zeroed.items()}
+
+
 def _site(frames: list[dict]) -> str:
     """Where an allocation was made: its innermost vllm frames, else its innermost frame."""
     ours = [f for f in frames if "vllm/" in f.get("filename", "")][:3]
@@ -364,6 +401,8 @@ def main() -> int:
                         help="vLLM's --tensor-parallel-size: ranks on this host's GPUs (its multiprocess executor)")
     parser.add_argument("--time-host", action="store_true",
                         help="time the model runner's per-step host work (HOST_METHODS) beside each decode step")
+    parser.add_argument("--router-bias", choices=["zero"], default=None,
+                        help="zero every MoE router's bias after start-up: routing by token, not by the dummy bias")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -408,6 +447,9 @@ def main() -> int:
               **({"additional_config": json.loads(args.additional_config)} if args.additional_config else {}),
               **({"async_scheduling": args.async_scheduling == "on"} if args.async_scheduling else {}))
     start_s = time.perf_counter() - started
+    routers = llm.apply_model(zero_router_biases)[0] if args.router_bias == "zero" else None
+    if routers is not None and not any(kind["layers"] for kind in routers.values()):
+        raise SystemExit("--router-bias zero: this model has no MoE router with a bias")
     vocab = llm.llm_engine.model_config.get_vocab_size()
 
     def counters() -> dict:
@@ -495,6 +537,8 @@ def main() -> int:
         "attention_backend": args.attention_backend,
         "language_model_only": args.language_model_only,
         "time_host": args.time_host,
+        "router_bias": args.router_bias,
+        "routers_zeroed": routers,
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
     }
     with open(args.out, "w") as fh:
