@@ -283,10 +283,19 @@ def test_capacity_gives_vllms_kv_tokens_on_the_h200():
     # Gemma 4 26B-A4B: vLLM holds 47.46 GiB of weights where the checkpoint's tensors price 47.06 (not traced), so
     # capacity gives +0.46% (graphs) and +0.55% (eager) KV tokens: within the 1% above vLLM's that the KV target allows, not this test's 0.5%
     within = {"gemma4": 0.006}
+    # engines that found torch.compile's output of an earlier start of the model in the machine's cache (their logs:
+    # "Directly load the compiled graph(s)", benchmarks/results/vllm_h200_router_bias/logs-z.tgz; the probe records it
+    # since as startup "compile_cache_hit"): the profile run compiled nothing and vLLM logged 0.29 / 0.18 GiB of
+    # activation where the first start of each logged 1.1 (capacity prices a first start), so they held 1.3% / 0.9%
+    # more KV tokens: capacity below vLLM's and within the 3% the KV target allows
+    warm = {"gptoss120b-marlin-rb0-b-1202z", "gptoss20b-rb0-prof-1202z"}
     for name, theirs, ours, startup, terms in kv_rows:
         if name.startswith(("dsv3", "ds-r0-")):  # the DeepSeek-V3 MLA cut with graphs (docstring), under both names
             continue
         assert ours is not None, (name, terms)
+        if name in warm or startup.get("compile_cache_hit"):
+            assert theirs * 0.97 <= ours < theirs, name
+            continue
         rel = next((v for prefix, v in within.items() if name.startswith(prefix)), 0.005)
         assert ours == pytest.approx(theirs, rel=rel), name
         checked += 1

@@ -37,9 +37,10 @@ def test_the_table_is_the_fit_of_the_recorded_runs():
     assert len(data) == 11  # four server starts
     fixed_us, per_request_us = step_host.fit(data)
     table = load_table("launch")["step_host"]
-    for host, row in step_host.rows(fixed_us, per_request_us, step_host.per_group_us(step_host.group_points())).items():
+    for host, row in step_host.rows(fixed_us, per_request_us, step_host.per_kind_us()).items():
         assert table[host]["fixed_us"] == row["fixed_us"] and table[host]["per_request_us"] == row["per_request_us"]
         assert table[host]["per_kv_group_us"] == row["per_kv_group_us"] and table[host]["kind"] == row["kind"]
+        assert table[host]["per_kv_group_us_by_kind"] == row["per_kv_group_us_by_kind"]
     # one line through every start's runs: within the spread between starts (1.60-2.51 ms at a batch of 8)
     for _, batch, ms in data:
         assert (fixed_us + per_request_us * batch) / 1e3 == pytest.approx(ms, rel=0.25)
@@ -278,8 +279,8 @@ def test_the_host_builds_every_kv_cache_groups_metadata_a_step():
     costs = launch_costs(hardware)
     ten = load_inventory(str(GRANITE / "Granite-4.0-H-1B-10layers-9m1a"))
     step = price_step(ten, hardware, StepConfig(batch=1, context=1024))
-    assert step.main.kv_groups == 10 and costs.step_host_us_per_kv_group == load_table("launch")["step_host"][
-        "x86_server"]["per_kv_group_us"]
+    assert step.main.kv_groups == ("attention",) + ("mamba",) * 9
+    assert costs.step_host_us_per_kv_group == load_table("launch")["step_host"]["x86_server"]["per_kv_group_us"]
     host_ms = (costs.step_host_us + costs.step_host_us_per_request + 9 * costs.step_host_us_per_kv_group) / 1e3
     assert step.main.host_s * 1e3 == pytest.approx(host_ms) and step.step_ms == pytest.approx(host_ms)
     # the measured step of that cut (3.16 ms at batch 1) is its host's: the step priced within the host regime's band
@@ -289,5 +290,32 @@ def test_the_host_builds_every_kv_cache_groups_metadata_a_step():
     assert step.step_ms == pytest.approx(measured, rel=0.15)
     # one group: nothing added
     tiny = price_step(load_inventory(str(TINY)), hardware, StepConfig(batch=1, context=256))
-    assert tiny.main.kv_groups == 1 and tiny.main.host_s * 1e3 == pytest.approx(
+    assert tiny.main.kv_groups == ("attention",) and tiny.main.host_s * 1e3 == pytest.approx(
         (costs.step_host_us + costs.step_host_us_per_request) / 1e3)
+
+
+def test_a_gdn_groups_metadata_costs_the_host_its_own_time():
+    """GDN's metadata builder rebuilds its state's every step (vLLM 0.26 gives it no update_block_table): Qwen3-Next cut
+    to 9 GDN layers and 1 of attention (ten groups) against 9 + 9 (two), timed the same way on one machine start, puts
+    a GDN group at ~220 us where a Mamba2 group took ~115; a model's steps carry its own kind's figure, and the audit
+    names the kind."""
+    data = step_host.group_points("gdn")
+    assert sorted({groups for _, groups, _, _ in data}) == [2, 10] and {batch for _, _, batch, _ in data} == {1, 8}
+    per_kind = step_host.per_kind_us()
+    assert 180 < per_kind["gdn"] < 260 and per_kind["gdn"] > 1.5 * per_kind["mamba"]
+    hardware = get_hardware("h200")
+    costs = launch_costs(hardware)
+    assert costs.kv_group_us("gdn") == load_table("launch")["step_host"]["x86_server"]["per_kv_group_us_by_kind"]["gdn"]
+    assert costs.kv_group_us("sliding 128") == costs.kv_group_us("mamba") == costs.step_host_us_per_kv_group
+    ten = load_inventory(str(GRANITE / "Qwen3-Next-80B-A3B-10layers-9g1a"))
+    step = price_step(ten, hardware, StepConfig(batch=1, context=1024))
+    assert step.main.kv_groups == ("attention",) + ("gdn",) * 9
+    assert step.main.host_s * 1e3 == pytest.approx(
+        (costs.step_host_us + costs.step_host_us_per_request + 9 * costs.kv_group_us("gdn")) / 1e3)
+    from roofline.render.audit import _kv_groups_text
+
+    assert _kv_groups_text(step) == f" + {costs.kv_group_us('gdn'):g} us x 9 more KV cache groups (gdn)"
+    # the run was the 12-layer config with --hf-overrides: the folder here is those layers, checked against the run
+    run = json.loads((ROOT / "benchmarks" / "results" / "vllm_h200_host_gdn" / "qnext-9g1a-host-1202z.json").read_text())
+    assert run["hf_overrides"]["layer_types"] == json.loads(
+        (GRANITE / "Qwen3-Next-80B-A3B-10layers-9g1a" / "config.json").read_text())["layer_types"]

@@ -161,7 +161,14 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # sets launch.toml's per-group host time
          **{case: f"vllm_h200_host_groups/{case}.json"
             for case in ("q06b2l-host-graphs-1202w", "g4h-1b-host-graphs-1202w", "g4h-tiny-host-graphs-1202w",
-                         "g4h-1b-9m1a-host-graphs-1202w")}}
+                         "g4h-1b-9m1a-host-graphs-1202w")},
+         # a twenty-ninth: MoE steps of 1-32 streams with the routers' dummy biases zeroed (probe.py --router-bias
+         # zero, priced "uniform": engine_fit.rows_for): Nemotron-3-Nano's 13-layer cut and DeepSeek-V3's 4-layer cut,
+         # whose layers add no other bias, then route by token; gpt-oss-20b and -120b on GB10's path (Marlin MXFP4
+         # experts, Triton's attention; the 120b on two engine starts) and on Hopper's default do not (LEFT_OUT)
+         **{case: f"vllm_h200_router_bias/{case}.json"
+            for case in ("gptoss20b-marlin-rb0-1202x", "gptoss120b-marlin-rb0-1202x", "gptoss120b-marlin-rb0-b-1202z",
+                         "gptoss20b-rb0-1202y", "gptoss20b-rb0-prof-1202z", "nemo13-rb0-1202y", "dsv3-4l-rb0-1202y")}}
 # later cases the fit uses: a second machine start's eager steps, the only one beside the fit's own to run a Mamba
 # hybrid with the host checked (Qwen3-8B eager on the same start): one start's host set the host's cost per launch,
 # and the Mamba layer's Python was fitted on one start's steps alone
@@ -174,7 +181,14 @@ NOT_A_STEP = {**{("gemma4-31b-prof-1128d", batch, 16384): "the engine's KV pool 
                  "steps' GEMMs ran at 8 rows or fewer in 81% of steps, and prompt chunks rode along)" for batch in (5, 10)},
               **{(case, 10, 1536): "Triton compiled the fused MoE kernel for the padded batch (16) inside the timed "
                  "generations (vLLM's log: 'Triton kernel JIT compilation during inference: fused_moe_kernel'); its two "
-                 "repeats disagree 2.2x and 1.8x" for case in ("q36-bf16-graphs-prof-1129c", "q36-bf16-graphs-b-1129c")}}
+                 "repeats disagree 2.2x and 1.8x" for case in ("q36-bf16-graphs-prof-1129c", "q36-bf16-graphs-b-1129c")},
+              **{(case, 16, 1024): "Triton compiled the fused MoE kernel for the batch inside the first timed generation "
+                 "(vLLM's log: 'Triton kernel JIT compilation during inference: fused_moe_kernel'): one repeat 34-35 ms, "
+                 "the other 3.8-4.2" for case in ("nemo13-rb0-1202y", "dsv3-4l-rb0-1202y")},
+              **{(case, batch, 1024): "Hopper's Triton MXFP4 experts (OAITritonMxfp4ExpertsMonolithic) ran the repeats "
+                 "up to 1.5x apart, and at 16 streams the long generations took less than the short ones: not one step "
+                 "of the batch (no JIT line in vLLM's log; the cause not traced)"
+                 for case in ("gptoss20b-rb0-1202y", "gptoss20b-rb0-prof-1202z") for batch in (4, 8, 16, 32)}}
 # held-out cases whose own steps set a table's term (eager_python.py: a layer's eager Python; piecewise.py: the
 # piecewise decode rows): not fitted by this fit, and no class's held-out point either (in sample for that term)
 SET_A_TERM = {case: "their steps set Gemma 4's decoder-layer eager Python (eager_python.py)"
@@ -189,7 +203,15 @@ SET_A_TERM |= {case: "their steps set the host's share of a launch for PyTorch's
     {case: "their steps set a GDN layer's eager Python (eager_python.py)"
      for case in ("qwen3next12l-eager-1127c", "q36-nvfp4-eager-1128h")} | \
     {"g4h-1b-9m1a-host-graphs-1202w": "their host times set the host's time per KV cache group (step_host.py)"}
-LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown"}
+LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown (with "
+                       "its router's bias zeroed its tokens still share experts: its attention and expert biases give "
+                       "every token's hidden state the same part, benchmarks/results/vllm_h200_router_bias)"}
+
+
+def left_out(row: Row) -> bool:
+    """Whether the row's architecture is left out of every fit and class (LEFT_OUT: its routing under dummy weights
+    unknown)."""
+    return row.architecture in LEFT_OUT
 HARDWARE = "h200"
 
 from roofline.live import engine_fit  # noqa: E402
@@ -279,7 +301,7 @@ def case_of(path: Path) -> str:
 
 def fitted(row: Row) -> bool:
     """Whether the H200 fit uses the row: not a held-out case, not an architecture left out."""
-    return row.case not in HELD_OUT and row.architecture not in LEFT_OUT
+    return row.case not in HELD_OUT and not left_out(row)
 
 
 def fit(rows: list[Row]) -> Fit:
@@ -334,7 +356,7 @@ def main() -> int:
     print(f"\n{'case':26}{'batch':>6}{'ctx':>6}{'measured ms':>13}{'fitted ms':>11}{'error':>8}")
     for r in rows:
         predicted = model.predict_ms(r)
-        mark = "  (left out)" if r.architecture in LEFT_OUT else "  (sets a term)" if r.case in SET_A_TERM \
+        mark = "  (left out)" if left_out(r) else "  (sets a term)" if r.case in SET_A_TERM \
             else "  (held out)" if r.case in HELD_OUT else ""
         print(f"{r.case:26}{r.batch:>6}{r.context:>6}{r.measured_ms:>13.3f}{predicted:>11.3f}"
               f"{100 * (predicted / r.measured_ms - 1):>+7.0f}%{mark}")

@@ -119,7 +119,7 @@ def build() -> tuple[str, str]:
     model = fit.fit(in_fit)
     # an architecture left out of the fit (fit.LEFT_OUT: its routing under dummy weights unknown) is no class's
     # point, held out or not: its one-stream steps would count its favourable backend and not the other
-    held = [r for r in rows if r.case in fit.HELD_OUT and r.architecture not in fit.LEFT_OUT
+    held = [r for r in rows if r.case in fit.HELD_OUT and not fit.left_out(r)
             and r.case not in fit.SET_A_TERM]
     held_out = leave_group_out(in_fit, lambda r: r.architecture)  # id(row) -> error, its architecture left out
     from roofline.predict.backends import kernel_named
@@ -260,7 +260,7 @@ def build() -> tuple[str, str]:
     for r in sorted(rows, key=lambda r: (r.architecture, r.case, r.batch, r.context)):
         predicted = model.predict_ms(r)
         left = f"{100 * held_out[id(r)]:+.0f}%" if id(r) in held_out else (
-            "not fitted" if r.architecture in fit.LEFT_OUT else "sets a term" if r.case in fit.SET_A_TERM
+            "not fitted" if fit.left_out(r) else "sets a term" if r.case in fit.SET_A_TERM
             else "held out" if r.case in fit.HELD_OUT else "-")
         lines.append(f"| {hardware.key.upper()} | {r.vllm_version} | {r.architecture} | {families[r.config]} | "
                      f"{formats[(r.config, r.quantization)]}{kv_note(r)} | {r.mode} | {r.batch} | {r.context} | {r.measured_ms:.3f} | "

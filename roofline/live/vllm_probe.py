@@ -30,8 +30,9 @@ With --router-bias zero, every MoE router's bias and score-correction bias is se
 as the weights, and a router that adds a bias to its logits (gpt-oss's) or to its scores before the top-k
 (Nemotron-H's, DeepSeek-V3's correction) then picks by the bias alone: the same experts for every token of a step,
 whatever the batch. Zeroed, the logits are the router's weights times the token's hidden state, which differ token
-by token as a softmax router's without bias do (Qwen3-MoE's, Mixtral's): a step of many streams reads the experts
-distinct tokens pick.
+by token where nothing else adds the same vector to every token (DeepSeek-V3's and Nemotron-H's layers have no other
+bias: their steps then read the experts of distinct tokens); gpt-oss's attention and expert biases do, and its tokens
+still share most experts (benchmarks/results/vllm_h200_router_bias).
 """
 from __future__ import annotations
 
@@ -92,6 +93,11 @@ class Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+# vLLM 0.26 found torch.compile's output of an earlier start in its cache: the profile run then compiles nothing, and
+# its logged activation peak (hence the KV cache) differs from a first start's (benchmarks/RESULTS-gpu.md, 2026-12-02)
+COMPILE_CACHE_HIT = "Directly load the compiled graph"
+
+
 def figures(lines: list[str]) -> dict:
     out = {}
     for key, pattern in LOG_FIGURES.items():
@@ -99,6 +105,7 @@ def figures(lines: list[str]) -> dict:
             match = re.search(pattern, line)
             if match:
                 out[key] = float(match.group(1).replace(",", ""))
+    out["compile_cache_hit"] = any(COMPILE_CACHE_HIT in line for line in lines)
     return out
 
 

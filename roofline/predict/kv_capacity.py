@@ -141,8 +141,16 @@ def _layer_buckets(shape: ModelShape) -> dict[str, list[int]]:
 def kv_cache_groups(shape: ModelShape) -> int:
     """How many KV cache groups vLLM makes of the model's layers (one for a model of one attention kind; a hybrid's
     state layers and each sliding window add theirs): the engine builds each group's attention metadata every step."""
+    return max(1, len(kv_cache_group_kinds(shape)))
+
+
+def kv_cache_group_kinds(shape: ModelShape) -> tuple[str, ...]:
+    """Each KV cache group's kind, in vLLM's order (full attention, each sliding window, then the recurrent state,
+    named by its mixer: "mamba", "gdn"): what the engine builds every step, by kind, since each kind's metadata
+    builder costs the host its own time."""
     groups, _ = _groups({kind: len(layers) for kind, layers in _layer_buckets(shape).items()})
-    return max(1, len(groups))
+    state = "/".join(sorted({r.kind for r in shape.recurrent})) or "state"
+    return tuple(state if kind == "state" else kind for kind, _ in groups)
 
 
 def _stage_bytes_per_block(layers_by_kind: dict[str, list[int]], groups: list[tuple[str, int]],

@@ -30,12 +30,19 @@ class LaunchCosts:
     step_host_kind: str = "none"
     step_host_source: str = ""
     step_host_us_per_kv_group: float = 0.0
+    # (kind, us) of the group kinds whose metadata was timed apart (a GDN state group); the rest take the above
+    step_host_us_per_kv_group_by_kind: tuple[tuple[str, float], ...] = ()
 
-    def step_host_s(self, requests: int, kv_groups: int = 1) -> float:
+    def kv_group_us(self, kind: str) -> float:
+        """The host's time a step for one KV cache group of `kind` (kv_capacity.kv_cache_group_kinds)."""
+        return dict(self.step_host_us_per_kv_group_by_kind).get(kind, self.step_host_us_per_kv_group)
+
+    def step_host_s(self, requests: int, kv_groups: tuple[str, ...] = ()) -> float:
         """The engine's host time for one step holding `requests` requests (decodes and prompt chunks) of a model
-        whose layers vLLM puts in `kv_groups` KV cache groups (kv_capacity.kv_cache_groups)."""
+        whose layers vLLM puts in the KV cache groups `kv_groups` (their kinds, kv_capacity.kv_cache_group_kinds):
+        the fixed time was measured on a model of one group, so each group past the first adds its kind's."""
         return (self.step_host_us + self.step_host_us_per_request * requests
-                + self.step_host_us_per_kv_group * max(0, kv_groups - 1)) * 1e-6
+                + sum(self.kv_group_us(kind) for kind in kv_groups[1:])) * 1e-6
 
 
 def graphs_apply(hardware: Hardware) -> bool:
@@ -69,7 +76,7 @@ def launch_costs(hardware: Hardware, host_us_per_kernel: float | None = None, fa
     return LaunchCosts(host["host_us_per_kernel"], host["kind"], host["source"],
                        floor["graph_floor_us_per_kernel"], floor["kind"], floor["source"],
                        step["fixed_us"], step["per_request_us"], step["kind"], step["source"],
-                       step["per_kv_group_us"])
+                       step["per_kv_group_us"], tuple(sorted(step.get("per_kv_group_us_by_kind", {}).items())))
 
 
 def eager_overlap_points() -> tuple[list[float], list[float]]:

@@ -54,7 +54,7 @@ from .bands import model_family
 from .cuda_graphs import capture_sizes
 from .hardware import Hardware
 from .kernels import KernelProfile, estimate_kernels
-from .kv_capacity import kv_cache_groups
+from .kv_capacity import kv_cache_group_kinds
 from .launch import LaunchCosts, eager_overlap_factor, launch_costs
 from .links import allreduce_factor
 from .scheduler_config import async_refusal, async_scheduling
@@ -312,7 +312,7 @@ class ReplicaStep:
     traffic: Traffic | None  # of one micro-batch of decodes (None: a step of prompt chunks alone)
     host_s: float = 0.0  # the engine's host time per step (its micro-batches'): with graphs, the step's least time
     host_overlaps: bool = True  # async scheduling: the host's time overlaps the GPU's (else it adds to it)
-    kv_groups: int = 1  # the KV cache groups whose attention metadata the host builds a step (in host_s)
+    kv_groups: tuple[str, ...] = ()  # the KV cache groups' kinds whose metadata the host builds a step (in host_s)
 
     def stage_seconds(self, graphs: bool) -> list[float]:
         return [stage_seconds(stage, graphs) for stage in self.stages]
@@ -848,7 +848,7 @@ class _Terms:
     floor_us: float
     host_us: float
     step_host: LaunchCosts  # the engine's host time per step (LaunchCosts.step_host_s)
-    kv_groups: int  # the KV cache groups vLLM makes of the layers: the host builds each one's metadata a step
+    kv_groups: tuple[str, ...]  # the KV cache groups' kinds vLLM makes of the layers: the host builds each a step
     uncaptured_us: float  # a compiled kernel launched from the host when no CUDA graph covers the step
     scan_host_us: dict  # kind -> the host's time of one recurrent layer's prompt kernels (outside vLLM's graphs)
     rates: "PrefillRates"
@@ -982,7 +982,7 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
                   handoff_bytes_per_token=RESIDUAL_COPIES * shape.hidden_size * ACTIVATION_BYTES,
                   backend_utilization=backend.gemm_utilization(hardware) or utilization, utilization=utilization,
                   bandwidth=bandwidth, weight_rate=weight_rate, floor_us=costs.graph_floor_us_per_kernel,
-                  host_us=costs.host_us_per_kernel, step_host=costs, kv_groups=kv_cache_groups(shape),
+                  host_us=costs.host_us_per_kernel, step_host=costs, kv_groups=kv_cache_group_kinds(shape),
                   rates=prefill_rates(hardware),
                   uncaptured_us=uncaptured_us_per_kernel(hardware)[0] if costs.host_us_per_kernel else 0.0,
                   scan_host_us=scan_host_us_per_layer(hardware)[0] if costs.host_us_per_kernel else {},
@@ -1282,6 +1282,9 @@ def _coefficients(hardware: Hardware, backend: Backend, costs: LaunchCosts, prof
                     costs.step_host_kind, costs.step_host_source),
         Coefficient("step_host_per_kv_group", costs.step_host_us_per_kv_group,
                     "us per KV cache group past the first, a step", costs.step_host_kind, costs.step_host_source),
+        *(Coefficient(f"step_host_per_{kind}_kv_group", us, f"us per {kind} KV cache group past the first, a step",
+                      costs.step_host_kind, costs.step_host_source)
+          for kind, us in costs.step_host_us_per_kv_group_by_kind),
     ]
     rate = backend.rate(hardware)
     if rate and rate.weight_gbps is not None:

@@ -55,12 +55,9 @@ def step_made_of(step) -> str:
         parts.append(f"collectives {milliseconds(b.communication_s * 1e3)}")
     if b.host_s > 0:
         costs = step.costs
-        groups = step.main.kv_groups
         host = (f"{milliseconds(step.main.host_s * 1e3)} on the host: {costs.step_host_us:g} us + "
                 f"{costs.step_host_us_per_request:g} us x {step.main.micro_batch} "
-                f"request{'s' if step.main.micro_batch != 1 else ''}"
-                + (f" + {costs.step_host_us_per_kv_group:g} us x {groups - 1} more KV cache group"
-                   f"{'s' if groups != 2 else ''}" if groups > 1 and costs.step_host_us_per_kv_group else ""))
+                f"request{'s' if step.main.micro_batch != 1 else ''}" + _kv_groups_text(step))
         if step.config.async_scheduling is False:  # the host's step comes after the GPU's
             parts.append(f"the engine's host {milliseconds(b.host_s * 1e3)} after the GPU's (async scheduling off: "
                          f"{_async_off_reason(step)}; each step waits for {host})")
@@ -68,6 +65,14 @@ def step_made_of(step) -> str:
             parts.append(f"the engine's host {milliseconds(b.host_s * 1e3)} beyond the GPU's (a step takes at "
                          f"least {host})")
     return " + ".join(parts) + f"; {b.bound}-bound"
+
+
+def _kv_groups_text(step) -> str:
+    """The host's time for the KV cache groups past the first, by kind: " + 220 us x 3 more KV cache groups (gdn)"."""
+    costs, more = step.costs, step.main.kv_groups[1:]
+    counts = {kind: more.count(kind) for kind in dict.fromkeys(more)}
+    return "".join(f" + {costs.kv_group_us(kind):g} us x {n} more KV cache group{'s' if n != 1 else ''} ({kind})"
+                   for kind, n in counts.items() if costs.kv_group_us(kind))
 
 
 def _async_off_reason(step) -> str:
