@@ -58,7 +58,6 @@ class Row:
     vllm_version: str
     gpu: str
     routing: str = "uniform"
-    router_bias: str | None = None  # the probe's --router-bias: "zero", its routers' biases zeroed (routed by token)
     backend: str = ""  # the main format's GEMM backend (Backend.name)
     # the step's terms independent of the fitted coefficients, per segment
     memory_at_full_s: list[float] = field(default_factory=list)  # bytes / (datasheet bandwidth x backend)
@@ -140,7 +139,7 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
             case=case, architecture=architecture, config=result["config"],
             quantization=result.get("quantization"), mode=result["mode"], batch=decode["batch"],
             context=decode["context"], measured_ms=decode["step_ms"], vllm_version=result["vllm_version"],
-            gpu=result["gpu"], routing=row_routing, router_bias=result.get("router_bias"), backend=step.backend.name,
+            gpu=result["gpu"], routing=row_routing, backend=step.backend.name,
             memory_at_full_s=[s.memory_at_datasheet_s for s in segments],
             backend_weights_at_full_s=[s.backend_weights_at_datasheet_s for s in segments],
             compute_s=[s.compute_at_peak_s for s in segments], full_gbps=step.datasheet_gbps,

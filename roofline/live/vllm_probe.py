@@ -409,7 +409,8 @@ def main() -> int:
     parser.add_argument("--time-host", action="store_true",
                         help="time the model runner's per-step host work (HOST_METHODS) beside each decode step")
     parser.add_argument("--router-bias", choices=["zero"], default=None,
-                        help="zero every MoE router's bias after start-up: routing by token, not by the dummy bias")
+                        help="zero every MoE router's bias and score correction after start-up: dummy weights then "
+                             "route by token where no other bias is common to every token")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
