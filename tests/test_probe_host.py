@@ -58,3 +58,24 @@ def test_router_biases_are_zeroed_in_place_and_nothing_else():
     assert not model["b"].gate.e_score_correction_bias.any()
     assert model["a"].gate_proj.bias.eq(0.25).all() and model["qkv"].bias.eq(0.25).all()
     assert model["a"].router.weight.eq(0.25).all()
+
+
+def test_every_bias_is_zeroed_in_place_with_zero_all():
+    # gpt-oss's attention and expert biases give every token's hidden state one common part, which its router follows
+    # with its own bias zeroed: zero-all zeroes them all (parameters and buffers named *bias), and nothing else
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from roofline.live.vllm_probe import zero_all_biases
+
+    model = nn.ModuleDict({"qkv": nn.Linear(8, 8), "router": nn.Linear(8, 4)})
+    model.register_parameter("w13_bias", nn.Parameter(torch.ones(4, 16)))
+    model.register_buffer("e_score_correction_bias", torch.ones(4))
+    model.register_buffer("positions", torch.arange(4))  # not a bias, not a float
+    for p in model.parameters():
+        nn.init.constant_(p, 0.5)
+    weight = model["qkv"].weight
+    report = zero_all_biases(model)
+    assert report == {"all_biases": {"layers": 4, "by_name": {"w13_bias": 1, "bias": 2, "e_score_correction_bias": 1}}}
+    assert not any(t.any() for n, t in [*model.named_parameters(), *model.named_buffers()] if n.endswith("bias"))
+    assert model["qkv"].weight is weight and weight.eq(0.5).all() and model.positions.tolist() == [0, 1, 2, 3]

@@ -123,7 +123,7 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
     recurrent = [r.kind for r in inventory.shape.recurrent]
     rows = []
     for decode in result["decode"]:
-        row_routing = routing or ("uniform" if result.get("router_bias") == "zero"
+        row_routing = routing or ("uniform" if result.get("router_bias") in ("zero", "zero-all")
                                   else dummy_routing(inventory, decode["batch"], hardware))
         step = price_step(inventory, hardware, replace(base, batch=decode["batch"], context=decode["context"],
                                                        routing=row_routing))

@@ -32,7 +32,8 @@ as the weights, and a router that adds a bias to its logits (gpt-oss's) or to it
 whatever the batch. Zeroed, the logits are the router's weights times the token's hidden state, which differ token
 by token where nothing else adds the same vector to every token (DeepSeek-V3's and Nemotron-H's layers have no other
 bias: their steps then read the experts of distinct tokens); gpt-oss's attention and expert biases do, and its tokens
-still share most experts (benchmarks/results/vllm_h200_router_bias).
+still share most experts (benchmarks/results/vllm_h200_router_bias). With --router-bias zero-all every bias of the
+model is zeroed, so that nothing common to every token is left in its hidden state.
 """
 from __future__ import annotations
 
@@ -278,6 +279,22 @@ def time_host(into: dict) -> None:
 ROUTER_NAMES = ("router", "gate")
 
 
+def zero_all_biases(model) -> dict:
+    """Zero, in place, every bias of `model` (parameters and buffers named *bias: linear layers', experts' w13_bias /
+    w2_bias, score corrections): then nothing adds the same vector to every token's hidden state, and a MoE router
+    follows the tokens themselves (gpt-oss: benchmarks/results/vllm_h200_router_bias); what was zeroed, by name's end."""
+    import torch
+
+    zeroed: dict[str, int] = {}
+    with torch.no_grad():
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            if name.endswith("bias") and isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
+                tensor.zero_()
+                kind = name.rsplit(".", 1)[-1]
+                zeroed[kind] = zeroed.get(kind, 0) + 1
+    return {"all_biases": {"layers": sum(zeroed.values()), "by_name": zeroed}}
+
+
 def zero_router_biases(model) -> dict:
     """Zero, in place, the bias of every MoE router of `model` (a module named ROUTER_NAMES whose bias has one entry
     per output: its experts) and every router's score-correction bias; what was zeroed, by kind."""
@@ -408,9 +425,10 @@ def main() -> int:
                         help="vLLM's --tensor-parallel-size: ranks on this host's GPUs (its multiprocess executor)")
     parser.add_argument("--time-host", action="store_true",
                         help="time the model runner's per-step host work (HOST_METHODS) beside each decode step")
-    parser.add_argument("--router-bias", choices=["zero"], default=None,
-                        help="zero every MoE router's bias and score correction after start-up: dummy weights then "
-                             "route by token where no other bias is common to every token")
+    parser.add_argument("--router-bias", choices=["zero", "zero-all"], default=None,
+                        help="zero every MoE router's bias and score correction after start-up (zero-all: every bias "
+                             "of the model): dummy weights then route by token where no other bias is common to every "
+                             "token (zero-all: everywhere)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -455,9 +473,10 @@ def main() -> int:
               **({"additional_config": json.loads(args.additional_config)} if args.additional_config else {}),
               **({"async_scheduling": args.async_scheduling == "on"} if args.async_scheduling else {}))
     start_s = time.perf_counter() - started
-    routers = llm.apply_model(zero_router_biases)[0] if args.router_bias == "zero" else None
+    zeroing = {"zero": zero_router_biases, "zero-all": zero_all_biases}.get(args.router_bias)
+    routers = llm.apply_model(zeroing)[0] if zeroing else None
     if routers is not None and not any(kind["layers"] for kind in routers.values()):
-        raise SystemExit("--router-bias zero: this model has no MoE router with a bias")
+        raise SystemExit(f"--router-bias {args.router_bias}: this model has no bias to zero")
     vocab = llm.llm_engine.model_config.get_vocab_size()
 
     def counters() -> dict:
