@@ -119,9 +119,11 @@ def per_group_us(data: list[tuple[str, int, int, float]]) -> float:
     return 1e3 * sum(slopes) / len(slopes)
 
 
-def per_kind_us() -> dict[str, float]:
-    """The host's time per KV cache group of each recurrent kind timed (GROUP_CASES)."""
-    return {kind: per_group_us(group_points(kind)) for kind in GROUP_CASES}
+def per_kind_us(by_kind: dict[str, list] | None = None) -> dict[str, float]:
+    """The host's time per KV cache group of each recurrent kind timed (GROUP_CASES), from their group_points where
+    given (else read)."""
+    by_kind = by_kind or {kind: group_points(kind) for kind in GROUP_CASES}
+    return {kind: per_group_us(layouts) for kind, layouts in by_kind.items()}
 
 
 def rows(fixed_us: float, per_request_us: float, per_kind: dict[str, float]) -> dict[str, dict]:
@@ -159,10 +161,11 @@ def main() -> int:
         print(f"{run:34}{batch:>6}{ms:>13.3f}{fitted:>11.3f}{100 * (fitted / ms - 1):>+7.1f}%")
     print(f"\nfixed {fixed_us:.0f} us + {per_request_us:.1f} us per request a step")
     print(f"\n{'layout':34}{'kind':>6}{'KV groups':>10}{'batch':>6}{'host ms':>9}")
-    for kind in GROUP_CASES:
-        for case, count, batch, ms in group_points(kind):
+    by_kind = {kind: group_points(kind) for kind in GROUP_CASES}
+    for kind, layouts in by_kind.items():
+        for case, count, batch, ms in layouts:
             print(f"{case:34}{kind:>6}{count:>10}{batch:>6}{ms:>9.3f}")
-    per_kind = per_kind_us()
+    per_kind = per_kind_us(by_kind)
     for kind, us in per_kind.items():
         print(f"{us:.0f} us per {kind} KV cache group beyond the first")
     expected = rows(fixed_us, per_request_us, per_kind)

@@ -505,11 +505,11 @@ def run_bench(cfg: BenchConfig, progress=None) -> BenchResult:
         else:
             say(f"run {len(result.runs)}/{cfg.runs} failed: {run.error}")
 
-    completed = result.timed
-    if not completed:  # none ended, or every one that ended reached the client too bunched to time
+    timed = result.timed
+    if not timed:  # none ended, or every one that ended reached the client too bunched to time
         what = "was timed" if result.delivered else "completed"
         raise RooflineError(f"no run {what} ({len(result.runs)} tried): {result.runs[0].error}")
-    short = [r for r in completed if r.completion_tokens < cfg.max_tokens]
+    short = [r for r in timed if r.completion_tokens < cfg.max_tokens]
     if short:
         result.notes.append(f"{len(short)} run(s) stopped before max_tokens ({cfg.max_tokens}), "
                             f"finish_reason {short[0].finish_reason!r}: the server did not honour ignore_eos; "
