@@ -51,6 +51,36 @@ def test_tables_carry_the_fitted_coefficients():
         assert entry["kind"] == "measured" and "fit.json" in entry["source"]
 
 
+def test_zeroed_biases_route_as_the_steps_show(fitted):
+    """A run that zeroed biases after start-up is priced as its tokens routed (engine_fit.ZEROED_BIAS_ROUTING):
+    gpt-oss with every bias zeroed by token, in the fit; with its routers' bias alone its tokens share experts, left
+    out. The recorded steps say which: with every bias zeroed the 120b's step grows ~5x from 1 to 32 tokens (the
+    experts its tokens spread over), with the routers' bias alone less than 2x."""
+    rows, _ = fitted
+    by_case: dict[str, list] = {}
+    for r in rows:
+        by_case.setdefault(r.case, []).append(r)
+    every, router = by_case["gptoss120b-marlin-rb0all-1202a"], by_case["gptoss120b-marlin-rb0-1202x"]
+    assert {r.routing for r in every} == {"uniform"} and not any(fit.left_out(r) for r in every)
+    assert {r.routing for r in router} == {"shared"} and all(fit.left_out(r) for r in router)
+    assert {r.routing for r in by_case["nemo13-rb0-1202y"]} == {"uniform"}  # no other bias: by token
+
+    def growth(case_rows):
+        steps = {r.batch: r.measured_ms for r in case_rows}
+        return steps[32] / steps[1]
+
+    assert growth(every) > 4 and growth(router) < 2
+
+
+def test_mxfp4_marlin_rate_fitted_on_one_model_prices_another(fitted):
+    """The MXFP4 Marlin rate fitted on gpt-oss-120b's steps (rules.toml, cc 9.0) prices gpt-oss-20b's on the same
+    path, never fitted, within 10% at every batch of 1-32 tokens."""
+    rows, model = fitted
+    held = [r for r in rows if r.case == "gptoss20b-marlin-rb0all-1202a"]
+    assert len(held) == 6 and "gptoss20b-marlin-rb0all-1202a" in fit.HELD_OUT
+    assert all(abs(model.predict_ms(r) / r.measured_ms - 1) < 0.10 for r in held)
+
+
 def test_weight_only_backends_carry_their_fit(fitted):
     """rules.toml's Marlin / Machete rates on compute capability 9.0 and kernels.toml's eager Python of a
     Marlin GEMM are fit.json's: measured where the backend ran, the same figures as estimates where the

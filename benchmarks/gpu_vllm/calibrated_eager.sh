@@ -21,13 +21,16 @@ CALIBRATION_ARGS="--batches 1,4 --context 256 --short 8 --long 56 --repeats 3 --
 # step came out 1.4x Qwen3-8B's where the model priced 0.78x
 CASES=(
   "llama8b-cal-eager:tests/reference_configs/meta-llama__Llama-3.1-8B-Instruct:eager::--profile-batches=1"
-  "q8b-again-cal-eager:roofline/data/engine_models/qwen3-8b:eager::--profile-batches=1"
   "gptoss20b-cal-eager:tests/reference_configs/openai__gpt-oss-20b:eager"
   "dsv3-4l-cal-eager:benchmarks/gpu_vllm/configs/DeepSeek-V3-4layers-bf16:eager"
   "mixtral8l-cal-eager:benchmarks/gpu_vllm/configs/Mixtral-8x7B-8layers:eager"
   "qwen3next12l-cal-eager:benchmarks/gpu_vllm/configs/Qwen3-Next-80B-A3B-12layers:eager::--additional-config={\"gdn_prefill_backend\":\"triton\"}"
-  "q30b-again-cal-eager:roofline/data/engine_models/qwen3-30b-a3b:eager"
+  # a Mamba2 hybrid MoE the calibration never ran (its own hybrid is Nemotron-3-Nano)
+  "granite-tiny-cal-eager:benchmarks/gpu_vllm/configs/Granite-4.0-H-Tiny:eager"
   "gemma4-cal-eager:benchmarks/gpu_vllm/configs/gemma-4-26B-A4B-text:eager::--hf-overrides={\"allow_global_per_layer_attribute_access\":true,\"global_head_dim\":512,\"num_global_key_value_heads\":2} --attention-backend=TRITON_ATTN"
+  # the calibration's own models on a second engine start, last: what a short device budget drops first
+  "q8b-again-cal-eager:roofline/data/engine_models/qwen3-8b:eager::--profile-batches=1"
+  "q30b-again-cal-eager:roofline/data/engine_models/qwen3-30b-a3b:eager"
   # one eager decode step profiled at batch 1 (kernels, their launchers, the host's share) of the MoE and hybrid
   # families the calibrated entry priced 41-45% too fast, beside Llama's on the same machine start
   "llama8b-prof:tests/reference_configs/meta-llama__Llama-3.1-8B-Instruct:eager::--profile-batches=1"

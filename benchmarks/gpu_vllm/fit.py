@@ -168,11 +168,29 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          # experts, Triton's attention; the 120b on two engine starts) and on Hopper's default do not (LEFT_OUT)
          **{case: f"vllm_h200_router_bias/{case}.json"
             for case in ("gptoss20b-marlin-rb0-1202x", "gptoss120b-marlin-rb0-1202x", "gptoss120b-marlin-rb0-b-1202z",
-                         "gptoss20b-rb0-1202y", "gptoss20b-rb0-prof-1202z", "nemo13-rb0-1202y", "dsv3-4l-rb0-1202y")}}
+                         "gptoss20b-rb0-1202y", "gptoss20b-rb0-prof-1202z", "nemo13-rb0-1202y", "dsv3-4l-rb0-1202y")},
+         # a thirtieth: gpt-oss with every bias zeroed (probe.py --router-bias zero-all: attention, expert and router
+         # biases), whose tokens then route by token (engine_fit.ZEROED_BIAS_ROUTING), 1-32 streams: the 120b and 20b on
+         # GB10's path (Marlin MXFP4 experts, Triton's attention) with graphs and eager, the 20b on Hopper's default
+         # (Triton MXFP4 experts, FlashAttention 3's sinks); the 120b's and the default path's graph steps set their
+         # backends' H200 rates (FITTED_LATER), the 20b's on Marlin check them; and the 20b's default path with its
+         # biases, one and four tokens profiled
+         **{case: f"vllm_h200_router_bias/{case}.json"
+            for case in ("gptoss120b-marlin-rb0all-1202a", "gptoss20b-marlin-rb0all-1202a", "gptoss20b-prof1-1202a",
+                         "gptoss120b-marlin-rb0all-eager-1202b", "gptoss20b-marlin-rb0all-eager-1202b",
+                         "gptoss20b-rb0all-1202b")},
+         # a thirty-first: dense models (and one MoE) at 1, 5 and 10 streams of 1.5k and 16k tokens, as the GB10 bench
+         # runs them, --max-num-seqs 10 (a batch of 10 pads to 16, past the FULL graphs: piecewise), and Llama-3.1-8B
+         # at 8-16 streams with --max-num-seqs 16 (every batch in a FULL graph)
+         **{case: f"vllm_h200_streams/{case}.json"
+            for case in ("llama70b16l-streams-1202c", "gemma3-27b-streams-1202c", "q30b-streams-1202d",
+                         "gemma3-12b-streams-1202d", "llama8b-streams-1202e", "q8b-streams-1202e",
+                         "llama8b-pad-1202f")}}
 # later cases the fit uses: a second machine start's eager steps, the only one beside the fit's own to run a Mamba
 # hybrid with the host checked (Qwen3-8B eager on the same start): one start's host set the host's cost per launch,
 # and the Mamba layer's Python was fitted on one start's steps alone
-FITTED_LATER = {case for case, name in LATER.items() if name.startswith("vllm_h200_mamba_eager/")}
+FITTED_LATER = {case for case, name in LATER.items() if name.startswith("vllm_h200_mamba_eager/")} | \
+    {"gptoss120b-marlin-rb0all-1202a", "gptoss20b-rb0all-1202b"}
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
             "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *(set(LATER) - FITTED_LATER)}
 # decode rows that are not one step of their batch, with why: (case, batch, context) -> reason
@@ -203,15 +221,18 @@ SET_A_TERM |= {case: "their steps set the host's share of a launch for PyTorch's
     {case: "their steps set a GDN layer's eager Python (eager_python.py)"
      for case in ("qwen3next12l-eager-1127c", "q36-nvfp4-eager-1128h")} | \
     {"g4h-1b-9m1a-host-graphs-1202w": "their host times set the host's time per KV cache group (step_host.py)"}
-LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights and MXFP4 Marlin experts: routing unknown (with "
-                       "its router's bias zeroed its tokens still share experts: its attention and expert biases give "
-                       "every token's hidden state the same part, benchmarks/results/vllm_h200_router_bias)"}
+LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights: routing unknown (with its router's bias zeroed its "
+                       "tokens still share experts: its attention and expert biases give every token's hidden state the "
+                       "same part), except in runs that zeroed every bias (--router-bias zero-all: by token), "
+                       "benchmarks/results/vllm_h200_router_bias"}
+# what a left-out architecture's run zeroed for its routing to be known (engine_fit.ZEROED_BIAS_ROUTING)
+ROUTING_KNOWN = {"gpt_oss": "zero-all"}
 
 
 def left_out(row: Row) -> bool:
-    """Whether the row's architecture is left out of every fit and class (LEFT_OUT: its routing under dummy weights
-    unknown)."""
-    return row.architecture in LEFT_OUT
+    """Whether the row is left out of every fit and class (LEFT_OUT: its architecture's routing under dummy weights
+    unknown, unless the run zeroed what ROUTING_KNOWN names)."""
+    return row.architecture in LEFT_OUT and row.router_bias != ROUTING_KNOWN.get(row.architecture)
 HARDWARE = "h200"
 
 from roofline.live import engine_fit  # noqa: E402

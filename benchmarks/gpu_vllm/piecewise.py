@@ -54,6 +54,11 @@ STARTS = {
     "2026-11-29 e": ["vllm_h200_piecewise/q8b12l-triton-pw.json"],
     # Gemma 4 31B at 5 streams, --max-num-seqs 5 (padded to 8), Triton's attention: its row's calibration
     "2026-11-28 g": ["vllm_h200_triton_fp8/gemma4-31b-fp8kv-again.json"],
+    # dense models (and Qwen3-30B-A3B) at 10 streams, --max-num-seqs 10 (padded to 16), 1.5k and 16k tokens, one start:
+    # a batch of 10 whose GPU step is shorter than the layers' host time shows it (Llama-3.1-8B, Qwen3-8B, Gemma 3 12B)
+    "2026-12-02 a": ["vllm_h200_streams/llama8b-streams-1202e.json", "vllm_h200_streams/q8b-streams-1202e.json",
+                     "vllm_h200_streams/gemma3-12b-streams-1202d.json", "vllm_h200_streams/gemma3-27b-streams-1202c.json",
+                     "vllm_h200_streams/llama70b16l-streams-1202c.json", "vllm_h200_streams/q30b-streams-1202d.json"],
 }
 FITTED = set(STARTS[FIT_START][:4])  # the fit's steps; the same start's 12-layer Qwen3-Next is a check
 TERMS = ("attention", "gdn", "recurrent_step")  # what the fit sets (attention: FlashAttention's, all it ran)
@@ -135,7 +140,7 @@ def sources(terms: dict[str, float], table: list[Step]) -> dict[str, tuple[float
             f"piecewise), vLLM 0.26.0, the x86 host's {table[0].host_us:g} us launches (launch.toml; "
             f"benchmarks/results/vllm_h200_piecewise, "
             f"benchmarks/gpu_vllm/piecewise.py); checked on {len(checks)} other runs (the same start's 12-layer "
-            f"Qwen3-Next, another start's, Qwen3.6-35B-A3B whole at 10 streams: docs/VALIDATION.md)")
+            f"Qwen3-Next, another start's, Qwen3.6-35B-A3B whole and dense models at 10 streams: docs/VALIDATION.md)")
     return {"FLASH_ATTN": (terms["attention"], "measured", base + ": a FlashAttention layer's forward and piece"),
             "gdn": (terms["gdn"], "measured", base + ": a GDN layer's forward (its conv, gating, recurrent "
                                                       "update) and piece"),

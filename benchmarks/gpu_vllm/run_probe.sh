@@ -43,7 +43,9 @@ if [ "$action" = "calibrate" ]; then
   rm -rf /tmp/rdeps/roofline && cp -r roofline /tmp/rdeps/roofline
   # the image's own packages first, roofline's missing ones after
   export PYTHONPATH=/tmp/site:/tmp/rdeps ROOFLINE_HARDWARE_FILE=$OUT/hardware.toml
-  python3 -m roofline.cli calibrate --engine vllm --save h200-here --json "$@" > "$OUT/calibrate.json" \
+  # the entry named after the card it measured (h100-here, h200-here)
+  key=$(python3 -c 'import torch; print("h100-here" if "H100" in torch.cuda.get_device_name(0) else "h200-here")')
+  python3 -m roofline.cli calibrate --engine vllm --save "$key" --json "$@" > "$OUT/calibrate.json" \
       || { echo "calibrate failed"; exit 1; }
   tail -c 4000 "$OUT/calibrate.json"
   exit 0

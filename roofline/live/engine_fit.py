@@ -34,6 +34,22 @@ DUMMY_ROUTING = {"nemotron_h": "shared", "deepseek_v3": "shared"}
 # token, 1.31 at 8 (~64 experts' weights) and 0.35 at 32 (bf16 logits), the router's top-k compiled for float
 # logits at 1 and 8 and for bf16 at 32 (benchmarks/results/vllm_h200_granite/ds-r0-prof-1202v.json, torch profiler).
 DUMMY_FLOAT32_ROUTER_TOKENS = {"deepseek_v3": {"9": 16, "10": 8, "12": 8}}
+# how a run that zeroed biases after start-up routes (vllm_probe.py --router-bias), by what it zeroed and model_type:
+# by token ("uniform") once nothing but the tokens' own noise tells them apart; gpt-oss with its routers' bias alone
+# zeroed keeps its attention and expert biases, which give every token's hidden state the same part: its tokens
+# still pick the same experts ("shared"). Measured on the H200, gpt-oss-120b on Marlin: 4.09 ms at 1 token, 4.40 at 4
+# and 7.26 at 32 with the routers' bias zeroed, 4.14, 6.41 and 19.84 with every bias zeroed
+# (benchmarks/results/vllm_h200_router_bias)
+ZEROED_BIAS_ROUTING = {"zero": {"gpt_oss": "shared"}, "zero-all": {}}
+
+
+def run_routing(result: dict, inventory: Inventory, tokens: int, hardware: Hardware) -> str:
+    """How a probe run routed a decode step of `tokens` tokens: as its zeroed biases leave it
+    (ZEROED_BIAS_ROUTING), else as vLLM's dummy weights route (dummy_routing)."""
+    zeroed = result.get("router_bias")
+    if zeroed in ZEROED_BIAS_ROUTING:
+        return ZEROED_BIAS_ROUTING[zeroed].get(inventory.shape.model_type or "", "uniform")
+    return dummy_routing(inventory, tokens, hardware)
 
 
 def dummy_routing(inventory: Inventory, tokens: int, hardware: Hardware) -> str:
@@ -78,6 +94,7 @@ class Row:
     host_floor_s: float = 0.0  # the engine's host time per step (launch.toml [step_host], not fitted here)
     kv_cache_dtype: str = "auto"  # the run's --kv-cache-dtype, as priced
     attention_backend: str | None = None  # the run's --attention-backend, as priced (None: vLLM's choice)
+    router_bias: str | None = None  # the biases the run zeroed after start-up (vllm_probe.py --router-bias)
     # the attention backend's decode kernels beyond the KV at the bandwidth, per segment (measured, not fitted)
     attention_kernel_s: list[float] = field(default_factory=list)
 
@@ -117,14 +134,13 @@ class Row:
 def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, routing: str | None = "uniform",
              base: StepConfig = StepConfig()) -> list[Row]:
     """The decode rows of one probe result, with the step model's terms for each; `base` holds what
-    the run set besides batch and context (KV dtype, backend). routing None: as vLLM's dummy weights route
-    each row's batch (dummy_routing), or by token ("uniform") where the run zeroed its routers' biases."""
+    the run set besides batch and context (KV dtype, backend). routing None: as the run routed each row's
+    batch (run_routing: its zeroed biases, else vLLM's dummy weights)."""
     architecture = inventory.shape.model_type or "?"
     recurrent = [r.kind for r in inventory.shape.recurrent]
     rows = []
     for decode in result["decode"]:
-        row_routing = routing or ("uniform" if result.get("router_bias") in ("zero", "zero-all")
-                                  else dummy_routing(inventory, decode["batch"], hardware))
+        row_routing = routing or run_routing(result, inventory, decode["batch"], hardware)
         step = price_step(inventory, hardware, replace(base, batch=decode["batch"], context=decode["context"],
                                                        routing=row_routing))
         segments = step.main.segments
@@ -152,7 +168,7 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
                               if c.gemms and c.backend == (step.backend.linear_backend or "cublas")),
             moe_layers=moe_layers, mamba_layers=recurrent.count("mamba"), family=model_family(inventory),
             host_floor_s=step.main.host_s, kv_cache_dtype=base.kv_cache_dtype,
-            attention_backend=base.attention_backend,
+            attention_backend=base.attention_backend, router_bias=result.get("router_bias"),
             attention_kernel_s=[s.attention_kernel_s for s in segments]))
     return rows
 
