@@ -69,17 +69,18 @@ def leave_group_out(in_fit: list, group) -> dict[int, float]:
     """id(row) -> the row's error priced by a fit without its group (every row with its group(row) at once);
     a group whose absence leaves no point of a mode to fit gets none, and neither does a row on a weight-only
     backend whose rate only its own group's rows set (fit.fit_weight_only: in sample whatever is left out)."""
-    rated_by = {name: {r.architecture for r in in_fit if r.weight_only and r.backend == name}
-                for name in {r.backend for r in in_fit if r.weight_only}}
+    rated_by: dict[str, set] = {}  # weight-only backend -> the groups whose rows set its rate
+    for r in in_fit:
+        if r.weight_only:
+            rated_by.setdefault(r.backend, set()).add(group(r))
     out: dict[int, float] = {}
     for name in sorted({group(r) for r in in_fit}):
         others = [r for r in in_fit if group(r) != name]
         if not any(r.mode == "eager" for r in others) or not any(r.mode == "graphs" for r in others):
             continue
         partial = fit.fit(others)
-        out.update({id(r): partial.predict_ms(r) / r.measured_ms - 1 for r in in_fit if group(r) == name
-                    and not (r.weight_only and {group(o) for o in in_fit if o.weight_only and o.backend == r.backend
-                                                and o.architecture in rated_by[r.backend]} == {name})})
+        out.update({id(r): partial.predict_ms(r) / r.measured_ms - 1 for r in in_fit
+                    if group(r) == name and not (r.weight_only and rated_by[r.backend] == {name})})
     return out
 
 
