@@ -91,7 +91,10 @@ def test_qwen3_8b_steps_on_each_backend_and_cache_are_priced(folder, run, kv, ba
 
 def test_gpt_oss_one_stream_on_triton_and_fa3_is_priced():
     """gpt-oss-20b's 64-wide heads with sinks and a 128-token window (Marlin experts, GB10's path), one stream at 4k
-    and 16k tokens: within 10% on both backends (more streams route by dummy weights: left out of every fit)."""
+    and 16k tokens: within 16% on both backends, below the measurement. Within 10% while Marlin's MXFP4 rate was an
+    estimate (NVFP4's 1,660 GB/s); the rate measured since on gpt-oss-120b's 1-32 token steps (2,380: rules.toml)
+    prices one-token steps 6-16% fast, Marlin's MoE at one token streaming below its many-token rate (a term the step
+    model lacks: benchmarks/RESULTS-gpu.md, 2026-12-02 seventh start)."""
     from roofline.predict.backends import backend_named
 
     inventory = load_inventory(GPT_OSS)
@@ -101,7 +104,7 @@ def test_gpt_oss_one_stream_on_triton_and_fa3_is_priced():
         for step in (s for s in _steps("vllm_h200_attention", run) if s["batch"] == 1):
             priced = price_step(inventory, h200, StepConfig(context=step["context"], backend=marlin,
                                                             attention_backend=backend)).step_ms
-            assert priced == pytest.approx(step["step_ms"], rel=0.10), (run, step["context"])
+            assert -0.16 < priced / step["step_ms"] - 1 < 0, (run, step["context"])
 
 
 def test_an_unmeasured_kernel_says_so_and_adds_nothing():

@@ -191,8 +191,11 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
 # and the Mamba layer's Python was fitted on one start's steps alone
 FITTED_LATER = {case for case, name in LATER.items() if name.startswith("vllm_h200_mamba_eager/")} | \
     {"gptoss120b-marlin-rb0all-1202a", "gptoss20b-rb0all-1202b"}
+# (the first start's gpt-oss run routed by its dummy biases: its one-token step, whose routing is known, checks the
+# MXFP4 rate that the run with every bias zeroed sets)
 HELD_OUT = {"qwen3-06b-graphs", "mixtral-eager", "dsv3-4l-bf16-graphs", "llama8b-ctx32k-graphs", "qwen3moe8l-graphs",
-            "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", *(set(LATER) - FITTED_LATER)}
+            "qwen3moe8l-nvfp4-graphs", "qwen3next12l-graphs", "qwen3next12l-eager", "gptoss20b-graphs",
+            *(set(LATER) - FITTED_LATER)}
 # decode rows that are not one step of their batch, with why: (case, batch, context) -> reason
 NOT_A_STEP = {**{("gemma4-31b-prof-1128d", batch, 16384): "the engine's KV pool (80,595 tokens) held fewer than the "
                  "batch's prompts: vLLM ran them in waves, re-prefilling evicted prefixes (at 10 streams the profiled "
@@ -223,7 +226,8 @@ SET_A_TERM |= {case: "their steps set the host's share of a launch for PyTorch's
     {"g4h-1b-9m1a-host-graphs-1202w": "their host times set the host's time per KV cache group (step_host.py)"}
 LEFT_OUT = {"gpt_oss": "biased softmax router under dummy weights: routing unknown (with its router's bias zeroed its "
                        "tokens still share experts: its attention and expert biases give every token's hidden state the "
-                       "same part), except in runs that zeroed every bias (--router-bias zero-all: by token), "
+                       "same part), except in runs that zeroed every bias (--router-bias zero-all: by token) and at one "
+                       "token (its top-k experts, whichever the router picks), "
                        "benchmarks/results/vllm_h200_router_bias"}
 # what a left-out architecture's run zeroed for its routing to be known (engine_fit.ZEROED_BIAS_ROUTING)
 ROUTING_KNOWN = {"gpt_oss": "zero-all"}
@@ -231,8 +235,9 @@ ROUTING_KNOWN = {"gpt_oss": "zero-all"}
 
 def left_out(row: Row) -> bool:
     """Whether the row is left out of every fit and class (LEFT_OUT: its architecture's routing under dummy weights
-    unknown, unless the run zeroed what ROUTING_KNOWN names)."""
-    return row.architecture in LEFT_OUT and row.router_bias != ROUTING_KNOWN.get(row.architecture)
+    unknown, unless the run zeroed what ROUTING_KNOWN names, or the step is one token's: it reads its top-k experts
+    whichever the router picks)."""
+    return row.architecture in LEFT_OUT and row.router_bias != ROUTING_KNOWN.get(row.architecture) and row.batch > 1
 HARDWARE = "h200"
 
 from roofline.live import engine_fit  # noqa: E402
