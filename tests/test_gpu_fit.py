@@ -4,6 +4,7 @@ kernel table counts what the profiled steps launched."""
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -83,6 +84,25 @@ def test_mxfp4_marlin_rate_fitted_on_one_model_prices_another(fitted):
     assert all(abs(model.predict_ms(r) / r.measured_ms - 1) < 0.10 for r in held)
 
 
+def test_a_grouped_expert_gemm_takes_a_fixed_time_beyond_its_bytes(fitted):
+    """Each grouped expert GEMM on an MXFP4 path takes a fixed time beyond its bytes at the rate (rules.toml
+    routed_call_us, fitted with the rate over 1-32 tokens): gpt-oss's one-token steps the fit never saw (other
+    machine starts, contexts and attention backends, both paths) come out within 5% on average with it and more than
+    8% fast without it, the rate alone (the same rate: the term, not a refit, is what moves them)."""
+    rows, model = fitted
+    one = [r for r in rows if r.architecture == "gpt_oss" and r.mode == "graphs" and r.batch == 1 and not fit.fitted(r)]
+    assert len(one) >= 10 and {r.backend for r in one} == {"MXFP4 Marlin (W4A16)",
+                                                           "MXFP4 Triton (triton_kernels matmul_ogs)"}
+    assert all(r.routed_calls == 2 * {"openai__gpt-oss-20b": 24, "openai__gpt-oss-120b": 36}[Path(r.config).name]
+               and r.routed_call_us > 0 for r in one)  # two grouped GEMMs a MoE layer
+
+    def mean_error(call_us):
+        return statistics.mean(r.graphs_s(model.efficiency, model.floor_us, model.utilization,
+                                          routed_call_us=call_us) * 1e3 / r.measured_ms - 1 for r in one)
+
+    assert abs(mean_error(None)) < 0.05 and mean_error(0.0) < -0.08
+
+
 def test_weight_only_backends_carry_their_fit(fitted):
     """rules.toml's Marlin / Machete rates on compute capability 9.0 and kernels.toml's eager Python of a
     Marlin GEMM are fit.json's: measured where the backend ran, the same figures as estimates where the
@@ -102,8 +122,8 @@ def test_weight_only_backends_carry_their_fit(fitted):
     for name, figures in stored.items():
         backend = by_name[name]
         assert backend.weight_only and backend.rate(h200).kind == "measured" and "fit.json" in backend.rate(h200).source
-        assert (backend.weight_gbps(h200), backend.gemm_utilization(h200)) == \
-            pytest.approx((figures["weight_gbps"], figures["gemm_utilization"]))
+        assert (backend.weight_gbps(h200), backend.gemm_utilization(h200), backend.routed_call_us(h200)) == \
+            pytest.approx((figures["weight_gbps"], figures["gemm_utilization"], figures["routed_call_us"]))
     for backend in by_name.values():  # an estimate repeats a measured backend's figures
         if backend.rate(h200) and backend.rate(h200).kind == "estimate":
             assert (backend.weight_gbps(h200), backend.gemm_utilization(h200)) in \
@@ -315,6 +335,10 @@ def test_capacity_gives_vllms_kv_tokens_on_the_h200():
     # Gemma 4 26B-A4B: vLLM holds 47.46 GiB of weights where the checkpoint's tensors price 47.06 (not traced), so
     # capacity gives +0.46% (graphs) and +0.55% (eager) KV tokens: within the 1% above vLLM's that the KV target allows, not this test's 0.5%
     within = {"gemma4": 0.006}
+    # gpt-oss-120b on Hopper's default path (triton_kernels' MXFP4 experts) eager: vLLM logged 1.08 GiB of activation
+    # where the profile run is priced 1.49 (its graph engines logged 1.25; eager's peak not traced): capacity 0.64%
+    # below vLLM's, within the KV target (never above, 3% below at most)
+    below = {"gptoss120b-rb0all-eager-1202d": 0.008}
     # engines that found torch.compile's output of an earlier start of the model in the machine's cache (their logs:
     # "Directly load the compiled graph(s)", benchmarks/results/vllm_h200_router_bias/logs-z.tgz; the probe records it
     # since as startup "compile_cache_hit"): the profile run compiled nothing and vLLM logged 0.29 / 0.18 GiB of
@@ -327,6 +351,10 @@ def test_capacity_gives_vllms_kv_tokens_on_the_h200():
         assert ours is not None, (name, terms)
         if name in warm or startup.get("compile_cache_hit"):
             assert theirs * 0.97 <= ours < theirs, name
+            continue
+        if name in below:
+            assert theirs * (1 - below[name]) <= ours < theirs, name
+            checked += 1
             continue
         rel = next((v for prefix, v in within.items() if name.startswith(prefix)), 0.005)
         assert ours == pytest.approx(theirs, rel=rel), name
@@ -379,7 +407,7 @@ def test_gpt_oss_marlin_eager_python_is_the_mean_of_its_steps():
     assert entry["eager_host_equiv"] == pytest.approx(term, abs=0.05) and len(per_layer) >= 4
     assert "eager_python.py" in entry["source"]
     gpt_oss = [s for s in table if s.model_type == eager_python.FITTED]
-    assert len({s.start for s in gpt_oss}) == 3  # three machine starts, each at its own host cost
+    assert len({s.start for s in gpt_oss}) >= 4  # several machine starts, each at its own host cost
 
     def error(s, per_layer_python):
         return abs(s.cost_us * (s.launches + per_layer_python * s.moe_layers) / 1e3 / s.step_ms - 1)

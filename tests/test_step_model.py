@@ -221,3 +221,34 @@ def test_an_eager_stage_overlaps_its_host_and_gpu_as_a_whole():
     assert sum(stage_parts(stage, graphs=False).values()) == pytest.approx(stage_seconds(stage, graphs=False))
     # counted segments (the load model's pricer): the same arithmetic, each one times its count
     assert stage_seconds([small_kernels], False, counts=[2]) == pytest.approx(4e-3)
+
+
+def test_a_grouped_expert_gemm_costs_its_backends_fixed_time_on_each_moe_layer():
+    """Each MoE layer's two grouped expert GEMMs on a backend with a measured fixed time (rules.toml routed_call_us:
+    MXFP4 on Hopper) add it to the layer's floor, at any batch; a dense layer, and the same model where no time was
+    measured (GB10: its fitted rate holds it), add none."""
+    from roofline.predict.backends import backend_named
+    from roofline.sources.config import load_config_only
+
+    configs = os.path.join(os.path.dirname(__file__), "reference_configs")
+    inventory = load_config_only(os.path.join(configs, "openai__gpt-oss-20b"))
+    h200, gb10 = get_hardware("h200"), get_hardware("gb10")
+    for moe_backend in ("marlin", None):
+        backend = backend_named("mxfp4", moe_backend, h200) if moe_backend else None
+        step = price_step(inventory, h200, StepConfig(batch=1, context=1024, backend=backend))
+        call_us = step.backend.routed_call_us(h200)
+        assert call_us > 0
+        layers = [s for s in step.main.segments if s.where == "layer"]
+        assert len(layers) == 24 and {s.routed_calls for s in layers} == {2}
+        assert all(s.routed_calls == 0 for s in step.main.segments if s.where != "layer")
+        for s in layers:
+            assert s.floor_s == pytest.approx((s.kernels * step.costs.graph_floor_us_per_kernel + 2 * call_us) * 1e-6)
+        many = price_step(inventory, h200, StepConfig(batch=16, context=1024, backend=backend))
+        assert {s.routed_calls for s in many.main.segments if s.where == "layer"} == {2}
+        assert any(c.name == "routed_gemm_call" and c.value == call_us for c in step.coefficients)
+    spark = price_step(inventory, gb10, StepConfig(batch=1, context=1024))
+    assert spark.backend.routed_call_us(gb10) == 0.0
+    assert all(s.floor_s == pytest.approx(s.kernels * spark.costs.graph_floor_us_per_kernel * 1e-6)
+               for s in spark.main.segments)
+    dense = price_step(load_config_only(reference("Qwen__Qwen3-8B")), h200, StepConfig(batch=1))
+    assert all(s.routed_calls == 0 for s in dense.main.segments)

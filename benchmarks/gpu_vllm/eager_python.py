@@ -48,6 +48,11 @@ STARTS = {
     "2026-11-29 b": (["vllm_h200_eager_1129/q8b-eager-1129b.json"],
                      ["vllm_h200_eager_1129/gemma4-31b-eager-1129b.json",
                       "vllm_h200_eager_1129/gemma4-26b-eager-1129b.json"]),
+    # one start, its host checked twice (22.3 and 16.9 ms: the host's cost moved within the start), every bias of
+    # gpt-oss zeroed (its tokens route by token; an eager step of one token reads its top-k experts either way)
+    "2026-12-02 c": (["vllm_h200_router_bias/q8b-eager-1202e.json", "vllm_h200_router_bias/q8b-eager-1202g.json"],
+                     ["vllm_h200_router_bias/gptoss120b-marlin-rb0all-eager-1202f.json",
+                      "vllm_h200_router_bias/gptoss20b-marlin-rb0all-eager-1202g.json"]),
 }
 # the families whose layer Python this fits: model_type -> the kernel count (role) that carries it per layer
 TERMS = {"gpt_oss": "moe_experts", "gemma4_text": "layer_structure", "qwen3_next": "gdn_core",

@@ -185,7 +185,16 @@ LATER = {"mixtral8l-graphs-1127": "vllm_h200_load_steps/mixtral8l-graphs.json",
          **{case: f"vllm_h200_streams/{case}.json"
             for case in ("llama70b16l-streams-1202c", "gemma3-27b-streams-1202c", "q30b-streams-1202d",
                          "gemma3-12b-streams-1202d", "llama8b-streams-1202e", "q8b-streams-1202e",
-                         "llama8b-pad-1202f")}}
+                         "llama8b-pad-1202f")},
+         # a thirty-second: gpt-oss with every bias zeroed again, another machine start: the 120b on Hopper's default
+         # path (never fitted: the 20b's rate and grouped-GEMM time check it) at 1-32 streams profiled at 1 and 32, at
+         # 4k and 16k tokens, and eager; the 20b on Marlin profiled at 1 and 32; eager steps of both on both paths
+         # beside Qwen3-8B's on the same start (the host's cost per launch)
+         **{case: f"vllm_h200_router_bias/{case}.json"
+            for case in ("gptoss120b-rb0all-prof-1202c", "gptoss20b-marlin-rb0all-prof-1202c",
+                         "gptoss120b-rb0all-ctx-1202d", "gptoss120b-rb0all-eager-1202d", "q8b-eager-1202e",
+                         "gptoss20b-rb0all-eager-1202e", "gptoss120b-marlin-rb0all-eager-1202f",
+                         "gptoss20b-marlin-rb0all-eager-1202g", "q8b-eager-1202g")}}
 # later cases the fit uses: a second machine start's eager steps, the only one beside the fit's own to run a Mamba
 # hybrid with the host checked (Qwen3-8B eager on the same start): one start's host set the host's cost per launch,
 # and the Mamba layer's Python was fitted on one start's steps alone
@@ -345,8 +354,8 @@ def fit_weight_only(rows: list[Row], model: Fit) -> dict[str, dict]:
         eager = [r for r in mine if r.mode == "eager"]
         entry = {"cases": sorted({r.case for r in mine})}
         if graphs:
-            entry["weight_gbps"], entry["gemm_utilization"] = engine_fit.fit_weight_backend(
-                graphs, model.efficiency, model.floor_us, model.utilization)
+            entry["weight_gbps"], entry["gemm_utilization"], entry["routed_call_us"] = \
+                engine_fit.fit_weight_backend(graphs, model.efficiency, model.floor_us, model.utilization)
         if eager:
             entry["gemm_host_equiv"] = engine_fit.fit_gemm_python(eager, model)
         out[name] = entry
@@ -367,7 +376,8 @@ def main() -> int:
     weight_only = fit_weight_only(rows, model)
     for name, entry in weight_only.items():
         print(f"  {name}: weights at {entry.get('weight_gbps', float('nan')):g} GB/s, GEMMs at "
-              f"{entry.get('gemm_utilization', float('nan')):g} of the tensor rate, eager Python "
+              f"{entry.get('gemm_utilization', float('nan')):g} of the tensor rate, a grouped expert GEMM "
+              f"{entry.get('routed_call_us', 0):g} us beyond its bytes and the floor, eager Python "
               f"{entry.get('gemm_host_equiv', 0):g} launches' worth per GEMM ({', '.join(entry['cases'])})")
 
     # leave one architecture out: fit on the others, predict it

@@ -85,6 +85,8 @@ class Row:
     weight_gbps: float | None = None  # the rate the table gives the backend's weights (Backend.weight_gbps)
     weight_only: bool = False  # the main format runs on a weight-only (dequantizing) backend: fitted apart
     kernels: float = 0.0
+    routed_calls: float = 0.0  # grouped expert GEMMs on the backend (Segment.routed_calls)
+    routed_call_us: float = 0.0  # the table's time of each beyond its bytes and the floor (Backend.routed_call_us)
     eager_kernels: float = 0.0
     host_equiv: float = 0.0  # the table's other Python work beside the MoE / Mamba layers' (weight-only GEMMs)
     backend_gemms: float = 0.0  # GEMMs on the main format's linear backend
@@ -99,15 +101,17 @@ class Row:
     attention_kernel_s: list[float] = field(default_factory=list)
 
     def graphs_s(self, efficiency: float, floor_us: float, utilization: float,
-                 weight_gbps: float | None = None, gemm_utilization: float | None = None) -> float:
+                 weight_gbps: float | None = None, gemm_utilization: float | None = None,
+                 routed_call_us: float | None = None) -> float:
         """The graph step: the device's, or the engine's host time per step where that is longer (async
-        scheduling: predict/step.host_floor); `weight_gbps` / `gemm_utilization` replace the table's for the
-        backend's weights and GEMMs."""
-        return host_floor(self.device_s(efficiency, floor_us, utilization, weight_gbps, gemm_utilization),
-                          self.host_floor_s, graphs=True)
+        scheduling: predict/step.host_floor); `weight_gbps` / `gemm_utilization` / `routed_call_us` replace the
+        table's for the backend's weights, GEMMs and grouped expert GEMMs."""
+        return host_floor(self.device_s(efficiency, floor_us, utilization, weight_gbps, gemm_utilization,
+                                        routed_call_us), self.host_floor_s, graphs=True)
 
     def device_s(self, efficiency: float, floor_us: float, utilization: float,
-                 weight_gbps: float | None = None, gemm_utilization: float | None = None) -> float:
+                 weight_gbps: float | None = None, gemm_utilization: float | None = None,
+                 routed_call_us: float | None = None) -> float:
         """The step on the device alone (graph kernels replayed)."""
         rate = weight_gbps or self.weight_gbps
         scale = efficiency if rate is None else min(efficiency, rate / self.full_gbps)
@@ -116,7 +120,10 @@ class Row:
                    for m, w, c, b, a in zip(self.memory_at_full_s, self.backend_weights_at_full_s, self.compute_s,
                                             self.backend_compute_s or [0.0] * len(self.compute_s),
                                             self.attention_s)) \
-            + self.kernels * floor_us * 1e-6
+            + self.kernels * floor_us * 1e-6 + self.routed_calls * self.call_us(routed_call_us) * 1e-6
+
+    def call_us(self, routed_call_us: float | None = None) -> float:
+        return self.routed_call_us if routed_call_us is None else routed_call_us
 
     @property
     def attention_s(self) -> list[float]:
@@ -162,7 +169,8 @@ def rows_for(result: dict, inventory: Inventory, hardware: Hardware, case: str, 
             backend_compute_s=[s.backend_compute_at_peak_s for s in segments],
             gemm_utilization=step.backend.gemm_utilization(hardware),
             weight_gbps=step.backend.weight_gbps(hardware), weight_only=step.backend.weight_only,
-            kernels=sum(s.kernels for s in segments), eager_kernels=sum(s.eager_kernels for s in segments),
+            kernels=sum(s.kernels for s in segments), routed_calls=sum(s.routed_calls for s in segments),
+            routed_call_us=step.backend.routed_call_us(hardware), eager_kernels=sum(s.eager_kernels for s in segments),
             host_equiv=sum(c.host_equiv for c in step.profile.counts if not fitted_python(c)),
             backend_gemms=sum(c.gemms for c in step.profile.counts
                               if c.gemms and c.backend == (step.backend.linear_backend or "cublas")),
@@ -191,7 +199,8 @@ def _device_s(row: Row, floors_us: np.ndarray, utilizations: np.ndarray,
         + np.asarray(row.attention_s)[:, None, None]
     compute = np.asarray(row.compute_s)[:, None, None] / utilizations[None, None, :]
     roofs = np.maximum(memory, compute).sum(axis=0)  # [efficiency, utilization]
-    return np.maximum(roofs[:, None, :] + row.kernels * floors_us[None, :, None] * 1e-6, row.host_floor_s)
+    return np.maximum(roofs[:, None, :] + (row.kernels * floors_us[None, :, None] + row.routed_calls
+                                           * row.routed_call_us) * 1e-6, row.host_floor_s)
 
 
 def fit_graphs(rows: list[Row], floors_us: np.ndarray = FLOORS_US, utilizations: np.ndarray = UTILIZATIONS,
@@ -245,19 +254,24 @@ def fit_eager(rows: list[Row], efficiency: float, floor_us: float, utilization: 
 
 
 WEIGHT_GBPS = np.arange(200, 6001, 10).astype(float)
+CALLS_US = np.arange(0, 61) / 2
 GEMM_EQUIVS = np.arange(0, 41) / 4
 
 
 def fit_weight_backend(rows: list[Row], efficiency: float, floor_us: float, utilization: float,
-                       rates: np.ndarray = WEIGHT_GBPS,
-                       shares: np.ndarray = UTILIZATIONS) -> tuple[float, float]:
-    """(GB/s its weights stream at, share of the tensor rate its GEMMs reach) of a weight-only backend,
-    from its graph steps, the device's coefficients fixed."""
-    loss = np.array([[sum(np.log(r.graphs_s(efficiency, floor_us, utilization, rate, share) * 1e3
-                                 / r.measured_ms) ** 2 for r in rows) for share in shares]
-                     for rate in rates])
-    i, j = np.unravel_index(np.argmin(loss), loss.shape)
-    return float(rates[i]), float(shares[j])
+                       rates: np.ndarray = WEIGHT_GBPS, shares: np.ndarray = UTILIZATIONS,
+                       calls_us: np.ndarray = CALLS_US) -> tuple[float, float, float]:
+    """(GB/s its weights stream at, share of the tensor rate its GEMMs reach, us each grouped expert GEMM takes
+    beyond its bytes and the floor) of a weight-only backend, from its graph steps, the device's coefficients
+    fixed. The call's time is fitted where the rows ran grouped expert GEMMs over more than one step size (a
+    rate and a fixed time apart need both), else 0."""
+    if not any(r.routed_calls for r in rows) or len({r.batch for r in rows}) < 2:
+        calls_us = calls_us[:1]
+    loss = np.array([[sum(np.log(np.maximum(r.device_s(efficiency, floor_us, utilization, rate, share, 0.0)
+                                            + r.routed_calls * calls_us * 1e-6, r.host_floor_s)  # graphs_s's
+                                 * 1e3 / r.measured_ms) ** 2 for r in rows) for share in shares] for rate in rates])
+    i, j, k = np.unravel_index(np.argmin(loss), loss.shape)
+    return float(rates[i]), float(shares[j]), float(calls_us[k])
 
 
 def fit_gemm_python(rows: list[Row], fit: Fit) -> float:

@@ -2,6 +2,7 @@
 layer index and a storage format. Nothing downstream knows which source made it."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from .architecture import ModelShape
@@ -31,9 +32,11 @@ class Module:
     kernel: str | None = None  # chosen GEMM / MoE kernel, when a live source knows it
     notes: list[str] = field(default_factory=list)
 
-    @property
+    @functools.cached_property
     def nbytes(self) -> int:
-        """Bytes resident for this module (a tied lm_head owns none: the embedding does)."""
+        """Bytes resident for this module (a tied lm_head owns none: the embedding does). Kept once summed: a
+        module's tensors are fixed when it is made (a changed module is a new one, dataclasses.replace), and a
+        MoE's thousands of expert tensors were summed anew on every step priced."""
         return sum(t.nbytes for t in self.tensors)
 
 

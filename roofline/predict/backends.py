@@ -31,6 +31,10 @@ class Rate:
     gemm_utilization: float | None = None
     # share of the device's achievable bandwidth the path reaches, relative to the device's efficiency
     relative_efficiency: float | None = None
+    # us each grouped GEMM of the routed experts (vLLM's two a MoE layer: rules.toml [compute]) takes beyond its bytes
+    # at weight_gbps and the device's floor per kernel: a few experts' tiles leave most SMs idle, so a one-token
+    # step's expert GEMMs do not stream at the rate many tokens' do
+    routed_call_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,11 @@ class Backend:
         is known (the device's achievable bandwidth applies)."""
         rate = self.rate(hardware)
         return rate.weight_gbps if rate else None
+
+    def routed_call_us(self, hardware: Hardware) -> float:
+        """us each grouped expert GEMM takes on `hardware` beyond its bytes and the floor (0: none measured)."""
+        rate = self.rate(hardware)
+        return rate.routed_call_us or 0.0 if rate else 0.0
 
     def gemm_utilization(self, hardware: Hardware) -> float | None:
         """The share of the tensor rate this backend's GEMMs reach on `hardware`; None: the device's."""

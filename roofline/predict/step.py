@@ -198,6 +198,9 @@ class Segment:
     compute_at_peak_s: float = 0.0  # the FLOPs at the datasheet tensor rate (no utilization): what a fit scales
     backend_compute_at_peak_s: float = 0.0  # of those: the backend format's GEMMs
     floor_s: float = 0.0
+    # of floor_s's kernels: the routed experts' grouped GEMMs in the backend's format (rules.toml [compute]
+    # moe_grouped_gemms a MoE layer), each taking the backend's routed_call_us beyond its bytes (in floor_s)
+    routed_calls: float = 0.0
     # a decode step in piecewise graphs: the host's work at each layer between them (the backend's forward, its
     # launches), while the GPU runs what it was given (in the step's host time, ReplicaStep.host_s)
     piecewise_host_s: float = 0.0
@@ -831,6 +834,7 @@ class _SegmentTerms:
     host_equiv: float = 0.0
     attention_layers: int = 0
     attention_layouts: tuple = ()  # (attention.Layout, ...) of its softmax-attention layer, on one rank
+    routed_calls: float = 0.0  # grouped GEMMs of routed experts in the backend's format (Segment.routed_calls)
     collectives: list = field(default_factory=list)  # [(group, kind, where, bytes per token in, link, factor)]
 
 
@@ -846,6 +850,7 @@ class _Terms:
     bandwidth: float
     weight_rate: float | None
     floor_us: float
+    routed_call_us: float  # each routed grouped GEMM on the backend beyond its bytes (Backend.routed_call_us)
     host_us: float
     step_host: LaunchCosts  # the engine's host time per step (LaunchCosts.step_host_s)
     kv_groups: tuple[str, ...]  # the KV cache groups' kinds vLLM makes of the layers: the host builds each a step
@@ -899,6 +904,7 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
 
     by_name = inventory.by_name()
     dequant = backend.dequantized_bytes_per_weight
+    grouped_gemms = load_table("rules")["compute"]["moe_grouped_gemms"]
     for module in inventory.modules:
         props = role_properties(module.role)
         inside = module.layer if props.read != "none" and module.role != "mtp" else None
@@ -915,6 +921,8 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
         if props.read == "routed" and (module.experts or shape.num_experts) and shape.experts_per_token:
             read.experts, read.top_k = module.experts or shape.num_experts, shape.experts_per_token
             target.routed.append(read)
+            if in_backend:
+                target.routed_calls = grouped_gemms
         elif props.read == "row":
             read.rows = _rows(module)
             target.rows.append(read)
@@ -982,6 +990,7 @@ def _terms(inventory: Inventory, hardware: Hardware, config: StepConfig, topolog
                   handoff_bytes_per_token=RESIDUAL_COPIES * shape.hidden_size * ACTIVATION_BYTES,
                   backend_utilization=backend.gemm_utilization(hardware) or utilization, utilization=utilization,
                   bandwidth=bandwidth, weight_rate=weight_rate, floor_us=costs.graph_floor_us_per_kernel,
+                  routed_call_us=backend.routed_call_us(hardware),
                   host_us=costs.host_us_per_kernel, step_host=costs, kv_groups=kv_cache_group_kinds(shape),
                   rates=prefill_rates(hardware),
                   uncaptured_us=uncaptured_us_per_kernel(hardware)[0] if costs.host_us_per_kernel else 0.0,
@@ -1193,7 +1202,8 @@ def _fill(terms: _Terms, config: StepConfig, batch: int) -> ReplicaStep:
                         for layout in t.attention_layouts) * 1e-6
             seg.attention_kernel_s = max(extra, -seg.kv_bytes / terms.bandwidth)
             seg.memory_s += seg.attention_kernel_s
-        seg.floor_s = seg.kernels * terms.floor_us * 1e-6
+        seg.routed_calls = t.routed_calls
+        seg.floor_s = seg.kernels * terms.floor_us * 1e-6 + seg.routed_calls * terms.routed_call_us * 1e-6
         if uncaptured:  # no graph of this size: the compiled kernels launched one by one
             seg.uncaptured_host_s = seg.kernels * terms.uncaptured_us * 1e-6
         elif config.graphs and piecewise and not chunk_tokens and (t.attention_layers or t.scan_layers):
@@ -1289,6 +1299,10 @@ def _coefficients(hardware: Hardware, backend: Backend, costs: LaunchCosts, prof
     rate = backend.rate(hardware)
     if rate and rate.weight_gbps is not None:
         out.append(Coefficient("weight_only_rate", rate.weight_gbps, "GB/s (the format's weights)", rate.kind,
+                               f"{backend.name}: {rate.source}"))
+    if rate and rate.routed_call_us is not None:
+        out.append(Coefficient("routed_gemm_call", rate.routed_call_us,
+                               "us per grouped expert GEMM beyond its bytes and the floor", rate.kind,
                                f"{backend.name}: {rate.source}"))
     if rate and rate.gemm_utilization is not None:
         out.append(Coefficient("backend_gemm_utilization", rate.gemm_utilization,
