@@ -38,7 +38,7 @@ MAX_TOKENS = 64
 CONFIG = dict(vocab_size=32768, hidden_size=1024, intermediate_size=3072, num_hidden_layers=4,
               num_attention_heads=16, num_key_value_heads=4, head_dim=64, max_position_embeddings=2048,
               eos_token_id=1, bos_token_id=1, tie_word_embeddings=False)
-LLC_MULTIPLE = 3  # bytes read per token / last-level cache
+LLC_MULTIPLE = 2  # bytes read per token / last-level cache (twice: a step streams through it, nothing stays cached)
 
 
 def bf16_bytes_per_token(config: dict) -> tuple[int, int]:
@@ -149,15 +149,19 @@ def server_dies_under_doctor(server, env: dict) -> tuple[int, str, str]:
 def doctor_live(model_dir: Path, url: str, env: dict) -> dict:
     """`roofline doctor MODEL --url` with its own short bench. Exit 0; or exit 3 where the one problem is that the
     bench outran the ceiling priced from this host's calibrated bandwidth (a 2-core host can hand the client a
-    run's chunks in a burst: validate's verdict above says "above_ceiling" for the same reason), the diagnosis
-    then made without the measurement, as doctor does on any server whose tokens outrun its model."""
+    run's chunks in a burst: validate's verdict above says "above_ceiling" for the same reason), or that every run's
+    tokens reached the client so (no run timed: on a fresh clone of a busy 2-core AMX host, 2026-12-02, all three
+    runs' 15 tokens after the first arrived within 0.51 ms), the diagnosis then made without the measurement, as
+    doctor does on any server whose tokens outrun its model."""
     proc = subprocess.run([sys.executable, "-m", "roofline.cli", "doctor", str(model_dir), "--url", url, "--hardware",
                            "e2e-cpu", "--runs", "3", "--max-tokens", "16", "--json"],
                           capture_output=True, text=True, timeout=300, env=env)
     lines = proc.stderr.strip().splitlines()
-    refused = proc.returncode == 3 and len(lines) == 1 and \
+    refused = proc.returncode == 3 and len(lines) == 1 and (
         re.fullmatch(r"partial: the bench: measured \S+ tok/s is \S+x the ceiling of .*; diagnosed without a "
                      r"measurement", lines[0])
+        or re.fullmatch(r"partial: bench failed: no run was timed \(3 tried\): .*the server sent its steps' tokens "
+                        r"together .*; decode cannot be timed from the client", lines[0]))
     assert proc.returncode == 0 or refused, f"roofline doctor failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
     diagnosis = json.loads(proc.stdout)
     assert (diagnosis["measured_tok_s"] is None) == bool(refused), diagnosis["measured_tok_s"]

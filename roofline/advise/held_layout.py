@@ -22,12 +22,14 @@ the caching allocator's blocks and the rotary embeddings' cos/sin caches.
 """
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 
 from roofline.data import load_table
 from roofline.model.architecture import config_int, text_config
 from roofline.model.inventory import Inventory, Module, Tensor
+from roofline.predict.memo import IdentityMemo
 from roofline.predict.traffic import dtype_bytes
 
 MIB = 2**20
@@ -38,6 +40,9 @@ SPLIT_ROWS = ("gate_up", "w13", "w1", "w3")
 # vLLM's fused parameters, by the checkpoint's projection names: (names, the fused parameter)
 FUSED = ((("q_proj", "k_proj", "v_proj"), "qkv_proj"), (("gate_proj", "up_proj", "w1", "w3", "gate_up_proj"), "w13"),
          (("down_proj", "w2"), "w2"))
+# each name of FUSED: (its group's place, its place in the group, the fused parameter)
+FUSED_NAMES = {name: (group, place, fused) for group, (names, fused) in enumerate(FUSED)
+               for place, name in enumerate(names)}
 
 
 @dataclass(frozen=True)
@@ -159,21 +164,40 @@ def rope_cache_bytes(inventory: Inventory) -> float:
 def _parameter(module: Module, tensor: Tensor) -> tuple:
     """The vLLM parameter a checkpoint tensor is loaded into: its layer, fused projection and kind (weight, scale,
     bias ...); one per module where vLLM fuses nothing."""
-    parts = tensor.name.split(".")
-    for names, fused in FUSED:
-        for i, part in enumerate(parts):
-            for name in names:
-                if part == name or part.startswith(name + "_"):  # gpt-oss: gate_up_proj_blocks
-                    kind = part[len(name):] + "." + ".".join(parts[i + 1:])
-                    return module.layer, module.name.rsplit(".", 1)[0] if module.role != "moe_experts" else \
-                        module.name, fused, kind
-    return module.name, tensor.name
+    return _parameter_named(module.layer, module.name, module.role == "moe_experts", tensor.name)
+
+
+@functools.lru_cache(maxsize=2 ** 18)
+def _parameter_named(layer: int | None, module: str, experts: bool, tensor: str) -> tuple:
+    """_parameter by names (a model's names recur in every capacity, plan and check of it)."""
+    parts = tensor.split(".")
+    best = None  # the first group of FUSED that names a part, its first such part, that group's first name
+    for i, part in enumerate(parts):
+        # the part itself, or a prefix of it before an underscore (gpt-oss: gate_up_proj_blocks)
+        for name in (part, *(part[:j] for j, char in enumerate(part) if char == "_")):
+            hit = FUSED_NAMES.get(name)
+            if hit is not None and (best is None or (hit[0], i, hit[1]) < best[:3]):
+                best = (hit[0], i, hit[1], name, hit[2])
+    if best is None:
+        return module, tensor
+    _, i, _, name, fused = best
+    kind = parts[i][len(name):] + "." + ".".join(parts[i + 1:])
+    return layer, module if experts else module.rsplit(".", 1)[0], fused, kind
+
+
+# one capacity curve, plan or check prices the same inventory's held weights many times: each tensor's parameter once
+_MEMO = IdentityMemo(64)
 
 
 def held_layout(inventory: Inventory, moe_format: str = "", moe_backend: str | None = None,
                 tp: int = 1) -> HeldLayout:
     """What the weights take on one rank of `tp` beyond the checkpoint's tensors: the experts' kernel layout under
     `moe_backend` (serving.toml [[expert_layout]]) and the caching allocator's blocks ([load_allocator])."""
+    return _MEMO.get(inventory, (moe_format, moe_backend, tp),
+                     lambda: _held_layout(inventory, moe_format, moe_backend, tp))
+
+
+def _held_layout(inventory: Inventory, moe_format: str, moe_backend: str | None, tp: int) -> HeldLayout:
     rule = _rule(moe_format, moe_backend)
     allocator = load_table("serving")["load_allocator"]
     parameters: dict[tuple, float] = defaultdict(float)

@@ -258,6 +258,19 @@ CALLS_US = np.arange(0, 61) / 2
 GEMM_EQUIVS = np.arange(0, 41) / 4
 
 
+def _weight_backend_s(row: Row, efficiency: float, floor_us: float, utilization: float, rates: np.ndarray,
+                      shares: np.ndarray, calls_us: np.ndarray) -> np.ndarray:
+    """Row.graphs_s over the grid of a weight-only backend's figures: [rate, share, call]."""
+    m, w, c, b, a = (np.asarray(x)[None, :] for x in (
+        row.memory_at_full_s, row.backend_weights_at_full_s, row.compute_s,
+        row.backend_compute_s or [0.0] * len(row.compute_s), row.attention_s))
+    scale = np.minimum(efficiency, rates / row.full_gbps)[:, None]  # [rate, 1]
+    memory = (m - w) / efficiency + w / scale + a  # [rate, segment]
+    compute = (c - b) / utilization + b / shares[:, None]  # [share, segment]
+    device = np.maximum(memory[:, None, :], compute[None, :, :]).sum(axis=2) + row.kernels * floor_us * 1e-6
+    return np.maximum(device[:, :, None] + row.routed_calls * calls_us[None, None, :] * 1e-6, row.host_floor_s)
+
+
 def fit_weight_backend(rows: list[Row], efficiency: float, floor_us: float, utilization: float,
                        rates: np.ndarray = WEIGHT_GBPS, shares: np.ndarray = UTILIZATIONS,
                        calls_us: np.ndarray = CALLS_US) -> tuple[float, float, float]:
@@ -267,9 +280,8 @@ def fit_weight_backend(rows: list[Row], efficiency: float, floor_us: float, util
     rate and a fixed time apart need both), else 0."""
     if not any(r.routed_calls for r in rows) or len({r.batch for r in rows}) < 2:
         calls_us = calls_us[:1]
-    loss = np.array([[sum(np.log(np.maximum(r.device_s(efficiency, floor_us, utilization, rate, share, 0.0)
-                                            + r.routed_calls * calls_us * 1e-6, r.host_floor_s)  # graphs_s's
-                                 * 1e3 / r.measured_ms) ** 2 for r in rows) for share in shares] for rate in rates])
+    loss = sum(np.log(_weight_backend_s(r, efficiency, floor_us, utilization, rates, shares, calls_us) * 1e3
+                      / r.measured_ms) ** 2 for r in rows)
     i, j, k = np.unravel_index(np.argmin(loss), loss.shape)
     return float(rates[i]), float(shares[j]), float(calls_us[k])
 
