@@ -693,15 +693,17 @@ def calibrated_transfer(model) -> dict:
 
 
 def host_spread(rows) -> dict:
-    """The largest spread of one eager case (same model, batch, context) measured on two machine starts."""
+    """The largest spread of one eager case (same model, backends, KV dtype, batch, context) measured on two machine
+    starts."""
     groups: dict[tuple, list[float]] = {}
     for r in rows:
         if r.mode == "eager":
-            groups.setdefault((r.config, r.quantization, r.batch, r.context), []).append(r.measured_ms)
+            groups.setdefault((r.config, r.quantization, r.backend, r.attention_backend, r.kv_cache_dtype, r.batch,
+                               r.context), []).append(r.measured_ms)
     spreads = {key: max(v) / min(v) - 1 for key, v in groups.items() if len(v) > 1}
     key = max(spreads, key=spreads.get)
     return {"error": _ceil(spreads[key]),
-            "what": f"vLLM's eager step of one case ({Path(key[0]).name}, batch {key[2]}) on two starts of the same "
+            "what": f"vLLM's eager step of one case ({Path(key[0]).name}, batch {key[5]}) on two starts of the same "
                     f"kind of x86 machine: {min(groups[key]):.1f} vs {max(groups[key]):.1f} ms (docs/VALIDATION.md, "
                     f"every point)"}
 
