@@ -152,17 +152,22 @@ def doctor_live(model_dir: Path, url: str, env: dict) -> dict:
     run's chunks in a burst: validate's verdict above says "above_ceiling" for the same reason), or that every run's
     tokens reached the client so (no run timed: on a fresh clone of a busy 2-core AMX host, 2026-12-02, all three
     runs' 15 tokens after the first arrived within 0.51 ms), the diagnosis then made without the measurement, as
-    doctor does on any server whose tokens outrun its model."""
+    doctor does on any server whose tokens outrun its model; or where some runs' tokens did (2 of 3 on the next fresh
+    clone there), measured over the runs timed and said."""
     proc = subprocess.run([sys.executable, "-m", "roofline.cli", "doctor", str(model_dir), "--url", url, "--hardware",
                            "e2e-cpu", "--runs", "3", "--max-tokens", "16", "--json"],
                           capture_output=True, text=True, timeout=300, env=env)
     lines = proc.stderr.strip().splitlines()
-    refused = proc.returncode == 3 and len(lines) == 1 and (
-        re.fullmatch(r"partial: the bench: measured \S+ tok/s is \S+x the ceiling of .*; diagnosed without a "
-                     r"measurement", lines[0])
-        or re.fullmatch(r"partial: bench failed: no run was timed \(3 tried\): .*the server sent its steps' tokens "
-                        r"together .*; decode cannot be timed from the client", lines[0]))
-    assert proc.returncode == 0 or refused, f"roofline doctor failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+    line = lines[0] if proc.returncode == 3 and len(lines) == 1 else ""
+    burst = r"the server sent its steps' tokens together .*; decode cannot be timed from the client"
+    refused = re.fullmatch(r"partial: the bench: measured \S+ tok/s is \S+x the ceiling of .*; diagnosed without a "
+                           r"measurement", line) or \
+        re.fullmatch(rf"partial: bench failed: no run was timed \(3 tried\): .*{burst}", line)
+    # some runs timed, the others' tokens in one burst: measured over those timed, and said
+    some_timed = re.fullmatch(rf"partial: [12] of 3 bench runs failed \(.*{burst}\); measured tok/s is over the runs "
+                              r"that were timed", line)
+    assert proc.returncode == 0 or refused or some_timed, \
+        f"roofline doctor failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
     diagnosis = json.loads(proc.stdout)
     assert (diagnosis["measured_tok_s"] is None) == bool(refused), diagnosis["measured_tok_s"]
     return diagnosis
