@@ -702,8 +702,9 @@ def host_spread(rows) -> dict:
                                r.context), []).append(r.measured_ms)
     spreads = {key: max(v) / min(v) - 1 for key, v in groups.items() if len(v) > 1}
     key = max(spreads, key=spreads.get)
+    config, batch = key[0], key[-2]
     return {"error": _ceil(spreads[key]),
-            "what": f"vLLM's eager step of one case ({Path(key[0]).name}, batch {key[5]}) on two starts of the same "
+            "what": f"vLLM's eager step of one case ({Path(config).name}, batch {batch}) on two starts of the same "
                     f"kind of x86 machine: {min(groups[key]):.1f} vs {max(groups[key]):.1f} ms (docs/VALIDATION.md, "
                     f"every point)"}
 

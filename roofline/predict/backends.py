@@ -77,7 +77,7 @@ class Backend:
     def routed_call_us(self, hardware: Hardware) -> float:
         """us each grouped expert GEMM takes on `hardware` beyond its bytes and the floor (0: none measured)."""
         rate = self.rate(hardware)
-        return rate.routed_call_us or 0.0 if rate else 0.0
+        return (rate.routed_call_us or 0.0) if rate else 0.0
 
     def gemm_utilization(self, hardware: Hardware) -> float | None:
         """The share of the tensor rate this backend's GEMMs reach on `hardware`; None: the device's."""
